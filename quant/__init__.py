@@ -1,0 +1,38 @@
+"""Emulated MX numerics and the converter that puts them into training. See ``quant.mx``."""
+
+from quant.formats import (
+    ELEM_FORMATS,
+    RECIPES,
+    SCALE_FORMATS,
+    ElemFormat,
+    Recipe,
+    Rounding,
+    ScaleFormat,
+    ScaleRule,
+    elem_format,
+    precision_names,
+    recipe,
+    scale_format,
+)
+from quant.mx import QuantSpec, clip_fraction, get_backend, quantize, quantize_spec, set_backend
+
+__all__ = [
+    "ELEM_FORMATS",
+    "RECIPES",
+    "SCALE_FORMATS",
+    "ElemFormat",
+    "QuantSpec",
+    "Recipe",
+    "Rounding",
+    "ScaleFormat",
+    "ScaleRule",
+    "clip_fraction",
+    "elem_format",
+    "get_backend",
+    "precision_names",
+    "quantize",
+    "quantize_spec",
+    "recipe",
+    "scale_format",
+    "set_backend",
+]

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Idempotent set-up: create or refresh .venv and install mxsweep with its dev extra.
+# torch is installed first and explicitly as the CPU wheel (2.13.0 lies on this kind of machine's
+# disk); pyproject's range `torch>=2.4` is then already satisfied and pip fetches no CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+stamp=".venv/.setup-stamp"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && .venv/bin/python -c "import torch, quant" 2>/dev/null; then
+  exit 0
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip show torch >/dev/null 2>&1 || .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+.venv/bin/python -m pip install -q -e ".[dev]"
+echo "$want" > "$stamp"
