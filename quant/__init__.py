@@ -1,5 +1,6 @@
 """Emulated MX numerics and the converter that puts them into training. See ``quant.mx``."""
 
+from quant.convert import CONVERSIONS, MXLinear, convert, policy_of, set_policy
 from quant.formats import (
     ELEM_FORMATS,
     RECIPES,
@@ -15,8 +16,22 @@ from quant.formats import (
     scale_format,
 )
 from quant.mx import QuantSpec, clip_fraction, get_backend, quantize, quantize_spec, set_backend
+from quant.ops import MatMul, MatmulSpecs, fake_quant_ste, qlinear, qmatmul
+from quant.policy import ROLES, QuantPolicy
 
 __all__ = [
+    "CONVERSIONS",
+    "MXLinear",
+    "MatMul",
+    "MatmulSpecs",
+    "QuantPolicy",
+    "ROLES",
+    "convert",
+    "fake_quant_ste",
+    "policy_of",
+    "qlinear",
+    "qmatmul",
+    "set_policy",
     "ELEM_FORMATS",
     "RECIPES",
     "SCALE_FORMATS",

@@ -102,8 +102,9 @@ class ElemFormat:
 
 
 def _fp(name: str, ebits: int, mbits: int, max_: float, dtype: torch.dtype | None = None):
-    return ElemFormat(name, 1 + ebits + mbits, ebits, mbits, _float_grid(ebits, mbits, max_),
-                      torch_dtype=dtype)
+    return ElemFormat(
+        name, 1 + ebits + mbits, ebits, mbits, _float_grid(ebits, mbits, max_), torch_dtype=dtype
+    )
 
 
 ELEM_FORMATS: dict[str, ElemFormat] = {
@@ -115,12 +116,25 @@ ELEM_FORMATS: dict[str, ElemFormat] = {
         _fp("fp6_e2m3", 2, 3, 7.5),
         _fp("fp4_e2m1", 2, 1, 6.0),
         ElemFormat("int8", 8, 0, 6, Grid(emin=0, mbits=6, max=127 / 64)),
-        ElemFormat("bf16", 16, 8, 7, _float_grid(8, 7, torch.finfo(torch.bfloat16).max),
-                   ElemKind.ELEMENTWISE, torch.bfloat16),
-        ElemFormat("fp16", 16, 5, 10, _float_grid(5, 10, 65504.0), ElemKind.ELEMENTWISE,
-                   torch.float16),
-        ElemFormat("fp32", 32, 8, 23, _float_grid(8, 23, torch.finfo(torch.float32).max),
-                   ElemKind.IDENTITY, torch.float32),
+        ElemFormat(
+            "bf16",
+            16,
+            8,
+            7,
+            _float_grid(8, 7, torch.finfo(torch.bfloat16).max),
+            ElemKind.ELEMENTWISE,
+            torch.bfloat16,
+        ),
+        ElemFormat("fp16", 16, 5, 10, _float_grid(5, 10, 65504.0), ElemKind.ELEMENTWISE, torch.float16),
+        ElemFormat(
+            "fp32",
+            32,
+            8,
+            23,
+            _float_grid(8, 23, torch.finfo(torch.float32).max),
+            ElemKind.IDENTITY,
+            torch.float32,
+        ),
     )
 }
 
@@ -220,9 +234,7 @@ def _lookup(table: dict, name: str, what: str):
     try:
         return table[name]
     except KeyError:
-        raise ValueError(
-            f"unknown {what} {name!r}; choose one of: {', '.join(sorted(table))}"
-        ) from None
+        raise ValueError(f"unknown {what} {name!r}; choose one of: {', '.join(sorted(table))}") from None
 
 
 def elem_format(name: str | ElemFormat) -> ElemFormat:

@@ -86,8 +86,7 @@ class QuantSpec:
         if self.elem.kind is ElemKind.BLOCK:
             if self.block_size is None or self.block_size < 1:
                 raise ValueError(
-                    f"block_size must be a positive integer for {self.elem.name}, "
-                    f"got {self.block_size}"
+                    f"block_size must be a positive integer for {self.elem.name}, got {self.block_size}"
                 )
             if self.global_scale and self.scale.kind is not ScaleKind.FLOAT:
                 raise ValueError(
@@ -153,9 +152,7 @@ def _pow2(k: torch.Tensor) -> torch.Tensor:
     return torch.where(k >= -126, normal, subnormal).view(torch.float32)
 
 
-def _round_to_grid(
-    y: torch.Tensor, grid: Grid, rounding: Rounding, u: torch.Tensor | None
-) -> torch.Tensor:
+def _round_to_grid(y: torch.Tensor, grid: Grid, rounding: Rounding, u: torch.Tensor | None) -> torch.Tensor:
     """Round fp32 ``y`` onto ``grid`` (subnormals kept), saturating to ±grid.max. NaN stays NaN."""
     a = y.abs()
     q = _pow2(_exponent(a).clamp(grid.emin, 127) - grid.mbits)  # grid step at |y|
@@ -181,9 +178,7 @@ def _pow2_scale(amax: torch.Tensor, elem: ElemFormat, spec: QuantSpec) -> torch.
     return e.clamp(lo, hi)
 
 
-def _fake_quant_blocks(
-    x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None
-) -> torch.Tensor:
+def _fake_quant_blocks(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
     """Fake-quantize ``x`` of shape (pre, nblocks, block, post) along dim 2. Returns x.dtype."""
     xf = x.float()
     elem = spec.elem
@@ -210,9 +205,7 @@ def _fake_quant_blocks(
     return out.to(x.dtype)
 
 
-def _fake_quant_elementwise(
-    x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None
-) -> torch.Tensor:
+def _fake_quant_elementwise(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
     xf = x.float()
     out = _round_to_grid(xf, spec.elem.grid, spec.rounding, u)
     return torch.where(torch.isinf(xf), xf, out).to(x.dtype)  # ±Inf is not an overflow
@@ -250,9 +243,7 @@ def _can_compile() -> bool:
 
 def _run(fn, x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
     use = _backend == "compiled" or (
-        _backend == "auto"
-        and x.numel() >= COMPILE_MIN_NUMEL
-        and (x.device.type != "cpu" or _can_compile())
+        _backend == "auto" and x.numel() >= COMPILE_MIN_NUMEL and (x.device.type != "cpu" or _can_compile())
     )
     return _compiled(fn)(x, spec, u) if use else fn(x, spec, u)
 
