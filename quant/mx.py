@@ -178,29 +178,32 @@ def _pow2_scale(amax: torch.Tensor, elem: ElemFormat, spec: QuantSpec) -> torch.
     return e.clamp(lo, hi)
 
 
-def _fake_quant_blocks(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
-    """Fake-quantize ``x`` of shape (pre, nblocks, block, post) along dim 2. Returns x.dtype."""
-    xf = x.float()
-    elem = spec.elem
-    amax = xf.abs().amax(dim=2, keepdim=True)  # (pre, nb, 1, post); NaN propagates
-    kind = spec.scale.kind
+def _block_scales(xf: torch.Tensor, amax: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, 1/S) per block, fp32, for block maxima ``amax`` of the fp32 tensor ``xf``."""
+    elem, kind = spec.elem, spec.scale.kind
     if kind is ScaleKind.POW2:
         # int32 exponent: scale and its inverse are exact powers of two (2**-127 is subnormal).
         e = _pow2_scale(amax, elem, spec)
-        scale, inv = _pow2(e), _pow2(-e)
-    else:
-        s = amax / elem.max
-        g = None
-        if spec.global_scale:
-            g = xf.abs().amax() / (elem.max * spec.scale.max)
-            g = torch.where((g > 0) & torch.isfinite(g), g, torch.ones_like(g))
-            s = s / g
-        if kind is ScaleKind.FLOAT:
-            s = _round_to_grid(s, spec.scale.grid, Rounding.EVEN, None)
-        inv = (1.0 / s) if g is None else (1.0 / g) / s
-        inv = torch.where(s > 0, inv.clamp(max=_F32_MAX), 0.0)  # a zero scale zeroes its block
-        scale = s if g is None else g * s
-    out = _round_to_grid(xf * inv, elem.grid, spec.rounding, u) * scale
+        return _pow2(e), _pow2(-e)
+    s = amax / elem.max
+    g = None
+    if spec.global_scale:
+        g = xf.abs().amax() / (elem.max * spec.scale.max)
+        g = torch.where((g > 0) & torch.isfinite(g), g, torch.ones_like(g))
+        s = s / g
+    if kind is ScaleKind.FLOAT:
+        s = _round_to_grid(s, spec.scale.grid, Rounding.EVEN, None)
+    inv = (1.0 / s) if g is None else (1.0 / g) / s
+    inv = torch.where(s > 0, inv.clamp(max=_F32_MAX), 0.0)  # a zero scale zeroes its block
+    return (s if g is None else g * s), inv
+
+
+def _fake_quant_blocks(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
+    """Fake-quantize ``x`` of shape (pre, nblocks, block, post) along dim 2. Returns x.dtype."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=2, keepdim=True)  # (pre, nb, 1, post); NaN propagates
+    scale, inv = _block_scales(xf, amax, spec)
+    out = _round_to_grid(xf * inv, spec.elem.grid, spec.rounding, u) * scale
     out = torch.where(torch.isfinite(amax), out, float("nan"))
     return out.to(x.dtype)
 
@@ -353,13 +356,7 @@ def clip_fraction(
     x4, _ = _as_blocks(x.detach(), axis, spec.block_size)
     xf = x4.float()
     amax = xf.abs().amax(dim=2, keepdim=True)
-    if spec.scale.kind is ScaleKind.POW2:
-        inv = _pow2(-_pow2_scale(amax, spec.elem, spec))
-    else:
-        s = amax / spec.elem.max
-        if spec.scale.kind is ScaleKind.FLOAT:
-            s = _round_to_grid(s, spec.scale.grid, Rounding.EVEN, None)
-        inv = torch.where(s > 0, (1.0 / s).clamp(max=_F32_MAX), 0.0)
+    _, inv = _block_scales(xf, amax, spec)
     clipped = ((xf * inv).abs() > spec.elem.max) & torch.isfinite(amax)
     n = x.numel()
     return float(clipped.sum()) / n if n else 0.0

@@ -248,3 +248,13 @@ def test_policy_rejects_bad_input_with_a_clear_message(kwargs, match):
 def test_global_scale_requires_float_scale_format():
     with pytest.raises(ValueError, match="global_scale needs a float scale format"):
         quant.quantize(torch.randn(64), "fp4_e2m1", scale="e8m0", global_scale=True)
+
+
+def test_clip_fraction_uses_the_same_two_level_scales_as_quantize():
+    # With NVFP4's per-tensor scale a lone 4724.5 gets block scale 448 and is represented exactly;
+    # a single-level UE4M3 scale would saturate it (4724.5 / 6 > 448).
+    x = torch.zeros(1, 16)
+    x[0, 0] = 4724.5
+    assert quant.quantize(x, "nvfp4")[0, 0] == x[0, 0]
+    assert quant.clip_fraction(x, "nvfp4") == 0.0
+    assert quant.clip_fraction(x, "fp4_e2m1", block_size=16, scale="ue4m3") == 1 / 16
