@@ -56,6 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from quant.formats import (
+    RECIPES,
     ElemFormat,
     ElemKind,
     Grid,
@@ -64,6 +65,7 @@ from quant.formats import (
     ScaleKind,
     ScaleRule,
     elem_format,
+    precision_names,
     recipe,
     scale_format,
 )
@@ -116,6 +118,8 @@ class QuantSpec:
         """Build a spec from names; a recipe name (``nvfp4``, ``mxfp8_e4m3`` …) brings its own
         element format, block size and scale and overrides those arguments."""
         if isinstance(fmt, str) and fmt not in _elem_names():
+            if fmt not in RECIPES:
+                raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(precision_names())}")
             r = recipe(fmt)
             fmt, block_size, scale = r.elem, r.block_size, r.scale
             scale_rule, global_scale = r.scale_rule, r.global_scale
@@ -169,10 +173,13 @@ def _round_to_grid(y: torch.Tensor, grid: Grid, rounding: Rounding, u: torch.Ten
 
 def _pow2_scale(amax: torch.Tensor, elem: ElemFormat, spec: QuantSpec) -> torch.Tensor:
     """The E8M0 exponent E (int32) of each block."""
-    e = _exponent(amax) - elem.emax
+    # fp32-subnormal maxima have no implicit leading 1: lift them by 2**64 (exact) before reading bits.
+    sub = amax < 2.0**-126
+    a = torch.where(sub, amax * 2.0**64, amax)
+    e = _exponent(a) - sub.to(torch.int32) * 64 - elem.emax
     if spec.scale_rule is ScaleRule.CEIL:
         # 2**e · max_elem >= amax  <=>  mantissa(amax) <= mantissa(max_elem); else one binade up.
-        mant = ((amax.view(torch.int32) & 0x007FFFFF) | 0x3F800000).view(torch.float32)
+        mant = ((a.view(torch.int32) & 0x007FFFFF) | 0x3F800000).view(torch.float32)
         e = e + (mant > elem.max / 2.0**elem.emax).to(torch.int32)
     lo, hi = spec.scale.exp_range
     return e.clamp(lo, hi)
@@ -204,7 +211,8 @@ def _fake_quant_blocks(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None)
     amax = xf.abs().amax(dim=2, keepdim=True)  # (pre, nb, 1, post); NaN propagates
     scale, inv = _block_scales(xf, amax, spec)
     out = _round_to_grid(xf * inv, spec.elem.grid, spec.rounding, u) * scale
-    out = torch.where(torch.isfinite(amax), out, float("nan"))
+    # With the ceil rule a block max near the fp32 max can round up past it: keep such values finite.
+    out = torch.where(torch.isfinite(amax), out.clamp(-_F32_MAX, _F32_MAX), float("nan"))
     return out.to(x.dtype)
 
 
@@ -266,6 +274,8 @@ def _as_blocks(x: torch.Tensor, axis: int, block: int):
 
     Returns the 4-D tensor and a function mapping a result of that shape back to x's shape.
     """
+    if x.dim() and not -x.dim() <= axis < x.dim():
+        raise IndexError(f"axis {axis} is out of range for a tensor with {x.dim()} dims")
     axis = axis % x.dim() if x.dim() else 0
     if not x.is_contiguous() and x.movedim(axis, -1).is_contiguous():
         # e.g. W.t() blocked along its rows: block W along its last dim instead, without a copy.
