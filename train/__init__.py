@@ -1,0 +1,1 @@
+"""Shared training core: data, task, loop and callbacks (imports models/quant, never Hydra/submitit)."""
