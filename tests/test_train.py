@@ -1,0 +1,332 @@
+"""Training core: loss falls (LM and proxy), exact resume, schedules, branching, divergence, spikes,
+the fp32 twin, run records and config validation. CPU, tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import quant
+from models import LMConfig, ProxyConfig
+from train import checkpoint, record
+from train.config import PrecisionConfig, RunConfig, ScheduleEntry, TrainConfig
+from train.hooks import Callback, SpikeDetector, default_hooks
+from train.loop import train
+from train.tasks import LMTask, ProxyTask, make_task
+
+
+@pytest.fixture(autouse=True)
+def eager_backend():
+    old, threads = quant.get_backend(), torch.get_num_threads()
+    quant.set_backend("eager")
+    torch.set_num_threads(1)  # tiny tensors: threads only add overhead (and contention on 2 cores)
+    yield
+    quant.set_backend(old)
+    torch.set_num_threads(threads)
+
+
+class ToyTokens:
+    """Seeded synthetic tokens: a noisy affine Markov chain mod V (t' = 5t + 3 w.p. 0.9), so next-token
+    prediction is learnable. Batches are a pure function of (seed, step)."""
+
+    def __init__(self, vocab: int = 256, seq: int = 32, batch: int = 8, seed: int = 0, n_train: int = 64):
+        self.vocab, self.seq, self.batch, self.seed, self.n_train = vocab, seq, batch, seed, n_train
+        self.tokens_per_step = batch * seq
+
+    def _batch(self, index: int, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + stream * 100_003 + index)
+        t = torch.empty(self.batch, self.seq + 1, dtype=torch.long)
+        t[:, 0] = torch.randint(self.vocab, (self.batch,), generator=g)
+        noise = torch.randint(self.vocab, (self.batch, self.seq), generator=g)
+        keep = torch.rand(self.batch, self.seq, generator=g) < 0.9
+        for i in range(self.seq):
+            t[:, i + 1] = torch.where(keep[:, i], (5 * t[:, i] + 3) % self.vocab, noise[:, i])
+        return t[:, :-1], t[:, 1:]
+
+    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._batch(step % (self.n_train // self.batch), 0)
+
+    def val_batches(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [self._batch(i, 1) for i in range(n)]
+
+    def epoch(self, step: int) -> float:
+        return step * self.batch / self.n_train
+
+
+LM_CFG = LMConfig(depth=1, vocab_size=256)
+PROXY_CFG = ProxyConfig(depth=2, width=32)
+
+
+def lm_run(out, **train) -> RunConfig:
+    kw = dict(steps=40, batch_size=8, lr=1e-2, eval_every=20, eval_batches=2, ckpt_every=0, spike_window=10)
+    return RunConfig(task="lm", model=LM_CFG, train=TrainConfig(**{**kw, **train}), out_dir=str(out))
+
+
+def proxy_run(out, precision: PrecisionConfig | None = None, **train) -> RunConfig:
+    kw = dict(
+        steps=40, batch_size=32, lr=3e-3, grad_clip=None, eval_every=20, eval_batches=2, spike_window=10
+    )
+    return RunConfig(
+        task="proxy",
+        model=PROXY_CFG,
+        precision=precision or PrecisionConfig(),
+        train=TrainConfig(**{**kw, **train}),
+        out_dir=str(out),
+    )
+
+
+def run_task(run: RunConfig, extra: tuple = (), **kw) -> dict:
+    source = ToyTokens(batch=run.train.batch_size, seed=run.train.seed) if run.task == "lm" else None
+    task = make_task(run, source)
+    return train(run, task, [*extra, *default_hooks(run)], **kw)
+
+
+def losses(out) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in record.read_metrics(out)}
+
+
+def test_lm_loss_falls_and_record_is_complete(tmp_path):
+    summary = run_task(lm_run(tmp_path))
+    assert summary["status"] == "done" and summary["step"] == 40
+    rows = record.read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, 41))
+    first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
+    assert last < first - 1.0, (first, last)
+    assert summary["min_val_loss"] <= summary["final_val_loss"] < first
+    assert summary["N"] == LM_CFG.n_params and summary["D"] == 40 * 8 * 32
+    assert summary["C"] == 6 * summary["N"] * summary["D"]
+    assert summary["versions"]["torch"] == torch.__version__ and summary["median_step_time"] > 0
+    assert rows[-1]["tokens"] == summary["D"] and rows[-1]["epoch"] == pytest.approx(40 * 8 / 64)
+    cfg = OmegaConf.load(tmp_path / "config.yaml")
+    assert cfg.model.vocab_size == 256 and cfg.train.steps == 40
+    assert checkpoint.latest(tmp_path) == checkpoint.path_for(tmp_path, 40)
+
+
+def test_proxy_loss_falls(tmp_path):
+    summary = run_task(proxy_run(tmp_path, steps=60))
+    rows = record.read_metrics(tmp_path)
+    assert summary["status"] == "done" and summary["N"] == PROXY_CFG.n_params
+    assert sum(r["loss"] for r in rows[-5:]) / 5 < 0.5 * rows[0]["loss"]
+    assert not any(k.startswith("clip_") for k in rows[-1])  # fp32: no clipping diagnostics
+
+
+class StopAt(Callback):
+    """Simulates a preemption: sends SIGUSR1 to this process after ``step``."""
+
+    def __init__(self, step: int):
+        self.at = step
+
+    def on_step_end(self, state, metrics):
+        if state.step == self.at:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def _strip(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "step_time"} for r in rows]
+
+
+@pytest.mark.parametrize("task", ["proxy", "lm"])
+def test_resume_is_exact(tmp_path, task):
+    prec = PrecisionConfig(w="fp8_e4m3", a="fp8_e4m3", grad_rounding="stochastic")
+    if task == "proxy":  # MX with stochastic rounding, the fp32 twin and the spike detector all resume
+        steps, make = 60, lambda out: proxy_run(out, prec, steps=60, twin_every=5)
+    else:
+        steps, make = 60, lambda out: lm_run(out, steps=60, eval_every=25)
+    straight = run_task(make(tmp_path / "a"))
+    first = run_task(make(tmp_path / "b"), extra=(StopAt(steps // 2),))
+    assert first["status"] == "interrupted" and first["step"] == steps // 2
+    assert sorted(checkpoint.available(tmp_path / "b")) == [steps // 2]
+    resumed = run_task(make(tmp_path / "b"))
+    assert resumed["status"] == "done"
+    assert _strip(record.read_metrics(tmp_path / "a")) == _strip(record.read_metrics(tmp_path / "b"))
+    for key in ("final_val_loss", "min_val_loss", "final_train_loss", "spike_step"):
+        assert straight[key] == resumed[key]
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.policy, self.batches = {}, {}
+
+    def on_step_end(self, state, metrics):
+        self.policy[state.step] = quant.policy_of(state.model).w
+        self.batches[state.step] = state.batch[0].sum().item()
+
+
+def test_schedule_changes_policy_at_its_step(tmp_path):
+    sched = [ScheduleEntry(step=10, changes={"w": "fp8_e4m3", "a": "fp8_e4m3"})]
+    rec = Recorder()
+    summary = run_task(proxy_run(tmp_path, steps=20, schedule=sched), extra=(rec,))
+    assert all(rec.policy[s] == "fp32" for s in range(1, 11))  # updates 0..9 → steps 1..10
+    assert all(rec.policy[s] == "fp8_e4m3" for s in range(11, 21))
+    assert summary["policy_final"]["w"] == "fp8_e4m3" and summary["precision"]["w"] == "fp32"
+    rows = {r["step"]: r for r in record.read_metrics(tmp_path)}
+    clip_keys = {"clip_ln/blocks.0.norm", "clip_ln/blocks.1.norm", "clip_act/block0", "clip_act/block1"}
+    assert not clip_keys & set(rows[10]) and clip_keys <= set(rows[11])
+    assert all(0 <= rows[20][k] <= 1 for k in clip_keys)
+
+
+def test_branch_replays_parent_data_order_and_state(tmp_path):
+    parent_rec, same_rec, fp4_rec = Recorder(), Recorder(), Recorder()
+    run_task(proxy_run(tmp_path / "parent", ckpt_every=20), extra=(parent_rec,))
+    branch = dict(ckpt_every=20, branch_from=str(tmp_path / "parent"), branch_step=20)
+    run_task(proxy_run(tmp_path / "same", **branch), extra=(same_rec,))
+    fp4 = PrecisionConfig(w="fp4_e2m1", a="fp4_e2m1")
+    run_task(proxy_run(tmp_path / "fp4", fp4, **branch), extra=(fp4_rec,))
+    parent, same, low = (losses(tmp_path / d) for d in ("parent", "same", "fp4"))
+    assert sorted(same) == list(range(21, 41))
+    assert all(same[s] == parent[s] for s in same)  # same state + same data → identical losses
+    assert same_rec.batches == fp4_rec.batches == {s: parent_rec.batches[s] for s in range(21, 41)}
+    assert set(fp4_rec.policy.values()) == {"fp4_e2m1"} and low[21] != parent[21]
+
+
+class InfAt(ProxyTask):
+    """A proxy whose loss becomes inf on the batch of ``bad_step``."""
+
+    bad_step = 7
+
+    def batch(self, step):
+        self.current = step
+        return super().batch(step)
+
+    def loss(self, model, batch):
+        loss = super().loss(model, batch)
+        return loss * float("inf") if self.current == self.bad_step else loss
+
+
+def test_divergence_is_a_result(tmp_path):
+    run = proxy_run(tmp_path, steps=20)
+    task = InfAt(run.model, 32, 0, 2)
+    summary = train(run, task, default_hooks(run))
+    assert summary["status"] == "diverged" and summary["diverged_step"] == 8 and summary["step"] == 7
+    assert record.read_summary(tmp_path)["status"] == "diverged"
+    with pytest.raises(FileExistsError, match="diverged"):
+        train(run, InfAt(run.model, 32, 0, 2), default_hooks(run))
+
+
+def test_huge_lr_diverges(tmp_path):
+    summary = run_task(proxy_run(tmp_path, steps=30, lr=1e6))
+    assert summary["status"] == "diverged" and 1 < summary["diverged_step"] <= 30
+
+
+def test_spike_detector_on_synthetic_losses():
+    def run(seq):
+        det = SpikeDetector(window=5, threshold=0.05)
+        for step, loss in enumerate(seq, start=1):
+            det.update(step, loss)
+        return det.spike_step, det.recovered
+
+    smooth = [2.0 - 0.02 * i for i in range(50)]  # 2.0 → 1.02
+    assert run(smooth) == (None, None)
+    spike_then_recover = smooth + [3.0] * 10 + [0.9] * 20
+    step, recovered = run(spike_then_recover)
+    assert step == 51 and recovered is True  # the first spiked loss already lifts the 5-step mean
+    assert run(smooth + [3.0] * 20) == (51, False)
+    assert run(smooth + [1.04]) == (None, None)  # a rise below the threshold is not a spike
+
+
+@pytest.mark.parametrize(("fmt", "exact"), [("fp32", True), ("fp4_e2m1", False)])
+def test_fp32_twin_gradient_metrics(tmp_path, fmt, exact):
+    run_task(proxy_run(tmp_path, PrecisionConfig(w=fmt, a=fmt), steps=10, twin_every=5))
+    rows = [r for r in record.read_metrics(tmp_path) if "twin_cos" in r]
+    assert [r["step"] for r in rows] == [5, 10]
+    for r in rows:
+        if exact:
+            assert r["twin_cos"] == pytest.approx(1.0, abs=1e-12) and r["twin_zeta"] < 1e-20
+            assert r["twin_loss"] == r["loss"]  # same init, same batches, same trajectory
+        else:
+            assert r["twin_cos"] < 0.999 and r["twin_zeta"] > 1e-4
+
+
+def test_done_run_is_not_overwritten(tmp_path):
+    run = proxy_run(tmp_path, steps=5)
+    run_task(run)
+    before = (tmp_path / "summary.json").read_text()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        run_task(run)
+    assert (tmp_path / "summary.json").read_text() == before
+    again = run_task(run, overwrite=True)
+    assert again["status"] == "done" and len(record.read_metrics(tmp_path)) == 5
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    run_task(proxy_run(tmp_path, steps=10), extra=(StopAt(4),))
+    with pytest.raises(ValueError, match="different config"):
+        run_task(proxy_run(tmp_path, steps=10, lr=1e-2))
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: TrainConfig(steps=0), "train.steps"),
+        (lambda: TrainConfig(lr=0.0), "train.lr"),
+        (lambda: TrainConfig(warmup_frac=1.0), "train.warmup_frac"),
+        (lambda: TrainConfig(grad_clip=0.0), "train.grad_clip"),
+        (lambda: TrainConfig(branch_from="x"), "train.branch_step"),
+        (lambda: TrainConfig(steps=10, schedule=[ScheduleEntry(10, {"w": "bf16"})]), "train.schedule"),
+        (lambda: PrecisionConfig(w="fp7"), "precision.w"),
+        (lambda: PrecisionConfig(scale_rule="sideways"), "precision.scale_rule"),
+        (lambda: RunConfig(task="vision", model=PROXY_CFG), "task"),
+        (lambda: RunConfig(task="lm", model=PROXY_CFG), "model"),
+        (
+            lambda: RunConfig(model=PROXY_CFG, train=TrainConfig(schedule=[ScheduleEntry(1, {"w": "fp7"})])),
+            "precision.w",
+        ),
+        (lambda: RunConfig(model=PROXY_CFG, train=TrainConfig(schedule=[ScheduleEntry(1, {"q": 1})])), "q"),
+    ],
+)
+def test_bad_config_names_the_field(make, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        make()
+
+
+def test_configs_round_trip_through_omegaconf():
+    run = RunConfig(
+        task="proxy",
+        model=PROXY_CFG,
+        precision=PrecisionConfig(w="mxfp8_e4m3", exclude=["blocks.0*"]),
+        train=TrainConfig(steps=5, schedule=[ScheduleEntry(2, {"a": "bf16"})]),
+        out_dir="x",
+    )
+    back = OmegaConf.to_object(OmegaConf.structured(run))
+    assert back == run and isinstance(back.train.schedule[0], ScheduleEntry)
+    assert json.loads(json.dumps(checkpoint.policy_to_dict(run.precision.policy())))["exclude"] == [
+        "blocks.0*"
+    ]
+
+
+def test_lm_task_accounting():
+    task = LMTask(LM_CFG, ToyTokens(), eval_batches=2)
+    assert task.tokens_per_step == 256 and task.flops_per_step == 6 * LM_CFG.n_params * 256
+    model = task.build(0)
+    assert torch.isfinite(task.loss(model, task.batch(0)))
+    with pytest.raises(ValueError, match="needs data"):
+        make_task(lm_run("x"))
+
+
+def test_lm_on_the_data_module(tmp_path):
+    from train.data import DataConfig
+
+    run = lm_run(tmp_path, steps=10, eval_every=5)
+    run.data = DataConfig(source="synthetic", seq_len=32, synthetic_bytes=8192)
+    summary = train(run, make_task(run), default_hooks(run))
+    assert summary["status"] == "done" and summary["D"] == 10 * 8 * 32
+    assert OmegaConf.load(tmp_path / "config.yaml").data.source == "synthetic"
+
+
+class Broken(ProxyTask):
+    def loss(self, model, batch):
+        raise RuntimeError("boom")
+
+
+def test_crash_is_recorded_as_failed_and_reraised(tmp_path):
+    run = proxy_run(tmp_path, steps=5)
+    with pytest.raises(RuntimeError, match="boom"):
+        train(run, Broken(run.model, 32, 0, 2), default_hooks(run))
+    summary = record.read_summary(tmp_path)
+    assert summary["status"] == "failed" and "boom" in summary["error"]
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the Checkpointer put handlers back

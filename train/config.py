@@ -1,0 +1,189 @@
+"""Run schemas: ``PrecisionConfig``, ``ScheduleEntry``, ``TrainConfig`` and ``RunConfig``.
+
+Plain (non-slots) dataclasses, so they double as OmegaConf structured configs: ``launch.py`` composes
+the Hydra config and hands ``OmegaConf.to_object(cfg)`` down here, which runs every ``__post_init__``.
+An invalid value fails at construction with a one-line message naming the field and the fix.
+
+Step convention used throughout ``train/``: ``step`` counts *completed* optimizer updates. The update
+that takes the run from step s to s+1 uses ``task.batch(s)`` and its loss is logged as step s+1. A
+``ScheduleEntry(step=s, ...)`` changes the policy before that update, i.e. from step s on; a checkpoint
+"at step k" holds the state after k updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from models import LMConfig, ProxyConfig
+from quant import QuantPolicy
+
+TASKS = ("lm", "proxy")
+LR_SCHEDULES = ("cosine", "constant")
+
+
+@dataclass
+class PrecisionConfig:
+    """The precision policy as a config group; field meanings are those of ``quant.QuantPolicy``."""
+
+    w: str = "fp32"
+    a: str = "fp32"
+    w_bwd: str | None = None
+    a_bwd: str | None = None
+    g_dgrad: str | None = None
+    g_wgrad: str | None = None
+    block_size: int = 32
+    scale: str = "e8m0"
+    scale_rule: str = "floor"
+    rounding: str = "even"
+    grad_rounding: str | None = None
+    quantize_backward: bool = True
+    norm_affine: str = "none"
+    vector_ops: str = "none"
+    attention: bool = False
+    exclude: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.exclude = list(self.exclude)
+        self.policy()  # unknown formats and bad combinations fail now, not mid-run
+
+    def policy(self) -> QuantPolicy:
+        """The frozen ``QuantPolicy`` this config describes."""
+        kw = dataclasses.asdict(self)
+        kw["exclude"] = tuple(kw["exclude"])
+        return QuantPolicy(**kw)
+
+    def replace(self, **changes: Any) -> PrecisionConfig:
+        """A copy with ``changes`` applied (validated)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"precision has no field(s) {sorted(unknown)}; check the schedule entry keys")
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class ScheduleEntry:
+    """From ``step`` on, run with the precision fields in ``changes`` (e.g. ``{"w": "bf16"}``)."""
+
+    step: int = 0
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.step < 0:
+            raise ValueError(f"train.schedule[].step must be >= 0, got {self.step}")
+        self.changes = dict(self.changes)
+        if "exclude" in self.changes:
+            raise ValueError("train.schedule[].changes cannot set exclude (fixed at conversion)")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, cadences and bookkeeping of one run (see the module docstring for steps)."""
+
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup_frac: float = 0.2
+    """Linear warm-up over this fraction of ``steps`` (cosine schedule only)."""
+    min_lr_frac: float = 0.1
+    """Cosine decays to ``min_lr_frac × lr`` at the last step."""
+    lr_schedule: str | None = None
+    """``cosine`` (warm-up then cosine) or ``constant``; None: the task's default (LM cosine, proxy
+    constant)."""
+    weight_decay: float = 0.0
+    """Decoupled (AdamW) decay on matrices of Linear layers only; never norms, embeddings, biases."""
+    betas: list[float] | None = None
+    """Adam betas; None: the task's default (LM (0.9, 0.95), proxy (0.9, 0.999))."""
+    eps: float = 1e-8
+    grad_clip: float | None = 1.0
+    """Max global grad norm; None disables clipping (the proxy protocol)."""
+    eval_every: int = 100
+    """Validation loss every this many steps and at the last step; 0 = only at the last step."""
+    eval_batches: int = 4
+    log_every: int = 1
+    ckpt_every: int = 0
+    """Checkpoint every this many steps (0 = only at the end and on a signal)."""
+    spike_window: int = 100
+    spike_threshold: float = 0.008
+    seed: int = 0
+    twin_every: int = 0
+    """Log fp32-twin gradient metrics every this many steps; 0 = no twin."""
+    schedule: list[ScheduleEntry] = field(default_factory=list)
+    branch_from: str | None = None
+    """Run directory whose checkpoint at ``branch_step`` this run starts from (its own policy)."""
+    branch_step: int | None = None
+    device: str = "cpu"
+
+    def __post_init__(self):
+        for name, low in (("steps", 1), ("batch_size", 1), ("eval_batches", 1), ("log_every", 1)):
+            if getattr(self, name) < low:
+                raise ValueError(f"train.{name} must be >= {low}, got {getattr(self, name)}")
+        for name in ("eval_every", "ckpt_every", "twin_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"train.lr must be > 0, got {self.lr}")
+        if not 0 <= self.warmup_frac < 1:
+            raise ValueError(f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        if not 0 <= self.min_lr_frac <= 1:
+            raise ValueError(f"train.min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
+        if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"train.lr_schedule={self.lr_schedule!r}; use one of {LR_SCHEDULES} or null")
+        if self.weight_decay < 0:
+            raise ValueError(f"train.weight_decay must be >= 0, got {self.weight_decay}")
+        if self.betas is not None:
+            self.betas = [float(b) for b in self.betas]
+            if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+                raise ValueError(f"train.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"train.grad_clip must be > 0 or null (no clipping), got {self.grad_clip}")
+        if self.spike_window < 1 or not self.spike_threshold > 0:
+            raise ValueError("train.spike_window must be >= 1 and train.spike_threshold > 0")
+        self.schedule = [e if isinstance(e, ScheduleEntry) else ScheduleEntry(**e) for e in self.schedule]
+        steps = [e.step for e in self.schedule]
+        if steps != sorted(steps) or any(s >= self.steps for s in steps):
+            raise ValueError(
+                f"train.schedule steps must be sorted and < train.steps={self.steps}, got {steps}"
+            )
+        if (self.branch_from is None) != (self.branch_step is None):
+            raise ValueError("train.branch_from and train.branch_step must be set together")
+        if self.branch_step is not None and not 0 < self.branch_step < self.steps:
+            raise ValueError(f"train.branch_step must be in (0, train.steps), got {self.branch_step}")
+
+
+@dataclass
+class RunConfig:
+    """One training run: task, model sizes, precision, optimisation, data, output directory."""
+
+    task: str = "proxy"
+    """``lm`` or ``proxy``."""
+    model: Any = None
+    """``LMConfig`` for ``lm``, ``ProxyConfig`` for ``proxy`` (typed Any: OmegaConf has no unions of
+    dataclasses)."""
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: Any = None
+    """The LM's data config (``train.data.DataConfig``); unused by the proxy."""
+    out_dir: str = "runs/unnamed"
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} is unknown; use one of: {', '.join(TASKS)}")
+        expected = LMConfig if self.task == "lm" else ProxyConfig
+        if isinstance(self.model, dict):
+            self.model = expected(**self.model)
+        if not isinstance(self.model, expected):
+            raise ValueError(f"model must be a {expected.__name__} for task={self.task!r}")
+        if not self.out_dir:
+            raise ValueError("out_dir must be a non-empty path")
+        for entry in self.train.schedule:  # every scheduled policy must be valid up front
+            self.precision_at(entry.step)
+
+    def precision_at(self, step: int) -> PrecisionConfig:
+        """The precision in force for the update from ``step`` to ``step + 1``."""
+        prec = self.precision
+        for entry in self.train.schedule:
+            if entry.step <= step:
+                prec = prec.replace(**entry.changes)
+        return prec

@@ -1,0 +1,282 @@
+"""Hooks: everything the loop does besides the update, each an object with its own cadence.
+
+A hook implements any of ``on_train_start(state)``, ``on_step_end(state, metrics)`` (add keys to
+``metrics`` to have later hooks see them), ``on_eval(state, metrics)``, ``on_train_end(state)``;
+optionally ``state_dict()``/``load_state_dict(d)`` (saved in checkpoints, keyed by ``name``) and
+``summary() -> dict`` (merged into summary.json). Order matters; ``default_hooks`` gives
+
+    Evaluator → Fp32Twin → SpikeDetector → MetricsLogger → Checkpointer
+
+so the logger sees val loss and twin metrics, and the checkpoint sees every hook's latest state.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import signal
+import statistics
+import threading
+from collections import deque
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+import quant
+from quant import QuantPolicy
+from train import checkpoint, record
+from train.config import RunConfig
+from train.loop import State, lr_at, make_optimizer, set_lr
+
+
+class Callback:
+    """No-op base: subclass and override what you need."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def on_train_start(self, state: State) -> None:
+        pass
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        pass
+
+    def on_eval(self, state: State, metrics: dict[str, Any]) -> None:
+        pass
+
+    def on_train_end(self, state: State) -> None:
+        pass
+
+
+def _due(step: int, every: int, last: int) -> bool:
+    return step == last or (every > 0 and step % every == 0)
+
+
+@torch.no_grad()
+def evaluate(state: State) -> float:
+    """Mean validation loss; the stochastic-rounding generator is left as it was."""
+    gen = checkpoint._sr_generator(state.model)
+    saved = gen.get_state() if gen is not None else None
+    state.model.eval()
+    losses = [float(state.task.loss(state.model, b)) for b in state.task.val_batches()]
+    state.model.train()
+    if gen is not None:
+        gen.set_state(saved)
+    return sum(losses) / len(losses)
+
+
+class Evaluator(Callback):
+    """``val_loss`` every ``every`` steps and at the last step."""
+
+    def __init__(self, every: int):
+        self.every, self.final, self.best = every, None, None
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        if _due(state.step, self.every, state.run.train.steps):
+            metrics["val_loss"] = evaluate(state)
+
+    def on_eval(self, state: State, metrics: dict[str, Any]) -> None:
+        self.final = metrics["val_loss"]
+        if math.isfinite(self.final) and (self.best is None or self.final < self.best):
+            self.best = self.final
+
+    def state_dict(self) -> dict:
+        return {"final": self.final, "best": self.best}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.final, self.best = d["final"], d["best"]
+
+    def summary(self) -> dict:
+        return {"final_val_loss": self.final, "min_val_loss": self.best}
+
+
+def _blocked(policy: QuantPolicy, role: str) -> bool:
+    return policy.spec(role).block_size is not None
+
+
+class MetricsLogger(Callback):
+    """Appends one metrics.jsonl line every ``every`` steps (and on eval/last/stop steps): losses, LR,
+    grad norm, LN-γ clip fraction per layer (weight format), activation clip fraction per block
+    (activation format, from forward hooks on ``model.blocks``), tokens, FLOPs, step time, epoch."""
+
+    def __init__(self, every: int = 1):
+        self.every, self.step_times, self._acts, self._handles = every, [], {}, []
+
+    def on_train_start(self, state: State) -> None:
+        for i, block in enumerate(getattr(state.model, "blocks", ())):
+            self._handles.append(block.register_forward_hook(self._keeper(i)))
+
+    def _keeper(self, i: int):
+        def hook(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+            if module.training:
+                self._acts[i] = output.detach()
+
+        return hook
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        self.step_times.append(metrics["step_time"])
+        s, task = state.step, state.task
+        if not (_due(s, self.every, state.run.train.steps) or "val_loss" in metrics or state.stop):
+            return
+        row = {"step": s, **metrics, "tokens": s * task.tokens_per_step, "flops": s * task.flops_per_step}
+        row["epoch"] = task.epoch(s)
+        row.update(self._clipping(state))
+        record.append_metrics(state.run.out_dir, row)
+
+    def _clipping(self, state: State) -> dict[str, float]:
+        p, out = state.policy, {}
+        kw = {"block_size": p.block_size, "scale": p.scale}
+        if _blocked(p, "w"):
+            for name, m in state.model.named_modules():
+                if isinstance(m, nn.LayerNorm | nn.RMSNorm) and m.weight is not None:
+                    out[f"clip_ln/{name}"] = quant.clip_fraction(m.weight, p.name_of("w"), **kw)
+        if _blocked(p, "a"):
+            for i, act in sorted(self._acts.items()):
+                out[f"clip_act/block{i}"] = quant.clip_fraction(act, p.name_of("a"), **kw)
+        return out
+
+    def on_train_end(self, state: State) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles, self._acts = [], {}
+
+    def summary(self) -> dict:
+        return {"median_step_time": statistics.median(self.step_times) if self.step_times else None}
+
+
+class Checkpointer(Callback):
+    """Checkpoints every ``every`` steps, at the end of a finished run, and at the first step boundary
+    after SIGTERM/SIGUSR1/SIGUSR2 (the handler only sets a flag), after which the run stops cleanly
+    with status ``interrupted`` (resume by calling ``train`` again)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+    def __init__(self, every: int = 0):
+        self.every, self.requested, self._previous, self._saved_at = every, None, {}, None
+
+    def request_stop(self, signum: int = 0, frame: Any = None) -> None:
+        self.requested = signum or True
+
+    def on_train_start(self, state: State) -> None:
+        self.requested = None
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self.request_stop)
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        if self.requested:
+            state.stop = "interrupted"
+        if self.requested or (self.every and state.step % self.every == 0):
+            state.save_checkpoint()
+            self._saved_at = state.step
+
+    def on_train_end(self, state: State) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+        if state.status == "done" and self._saved_at != state.step:
+            state.save_checkpoint()
+
+
+class SpikeDetector(Callback):
+    """First loss spike: the moving average of the train loss over ``window`` steps rises more than
+    ``threshold`` above its running minimum. Recovered: the final moving average is back within
+    ``threshold`` of the pre-spike minimum."""
+
+    def __init__(self, window: int = 100, threshold: float = 0.008):
+        self.window, self.threshold = window, threshold
+        self.losses: deque[float] = deque(maxlen=window)
+        self.low, self.last, self.spike_step, self.pre_spike_low = math.inf, None, None, None
+
+    def update(self, step: int, loss: float) -> None:
+        self.losses.append(loss)
+        if len(self.losses) < self.window:
+            return
+        self.last = sum(self.losses) / self.window
+        if self.spike_step is None and self.last > self.low + self.threshold:
+            self.spike_step, self.pre_spike_low = step, self.low
+        self.low = min(self.low, self.last)
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        self.update(state.step, metrics["loss"])
+
+    @property
+    def recovered(self) -> bool | None:
+        if self.spike_step is None or self.last is None:
+            return None
+        return self.last <= self.pre_spike_low + self.threshold
+
+    def state_dict(self) -> dict:
+        return {
+            "losses": list(self.losses),
+            "low": self.low,
+            "last": self.last,
+            "spike_step": self.spike_step,
+            "pre_spike_low": self.pre_spike_low,
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        self.losses = deque(d["losses"], maxlen=self.window)
+        self.low, self.last = d["low"], d["last"]
+        self.spike_step, self.pre_spike_low = d["spike_step"], d["pre_spike_low"]
+
+    def summary(self) -> dict:
+        return {"spike_step": self.spike_step, "recovered": self.recovered}
+
+
+def _flat_grad(model: nn.Module) -> torch.Tensor:
+    grads = [p.grad.reshape(-1) for p in model.parameters() if p.requires_grad and p.grad is not None]
+    return torch.cat(grads).double()
+
+
+class Fp32Twin(Callback):
+    """An fp32 copy from the same init, trained alongside on the same batches (its own trajectory).
+    Every ``every`` steps: ``twin_cos`` = cos(g_mx, g_fp32) and ``twin_zeta`` = ‖g_mx − g_fp32‖² /
+    ‖g_fp32‖², the gradients taken at the same step on each run's own weights (the notes' ``stab/*``;
+    g_mx is after clipping, which the proxy protocol does not use)."""
+
+    def __init__(self, every: int):
+        self.every, self.model, self.optimizer = every, None, None
+
+    def on_train_start(self, state: State) -> None:
+        self.model = copy.deepcopy(state.model)  # called before any checkpoint is loaded: the init
+        quant.set_policy(self.model, QuantPolicy(exclude=state.policy.exclude))
+        self.optimizer = make_optimizer(self.model, state.run.train, state.task)
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        cfg, step = state.run.train, state.step - 1
+        set_lr(self.optimizer, lr_at(cfg, state.task, step))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = state.task.loss(self.model, state.batch)
+        loss.backward()
+        if self.every and state.step % self.every == 0:
+            g_mx, g_32 = _flat_grad(state.model), _flat_grad(self.model)
+            metrics["twin_loss"] = loss.item()
+            metrics["twin_cos"] = float(torch.dot(g_mx, g_32) / (g_mx.norm() * g_32.norm()))
+            metrics["twin_zeta"] = float((g_mx - g_32).square().sum() / g_32.square().sum())
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.model.load_state_dict(d["model"])
+        self.optimizer.load_state_dict(d["optimizer"])
+
+
+def default_hooks(run: RunConfig) -> list[Callback]:
+    """The standard hooks of a run, in the order they must run."""
+    t = run.train
+    hooks: list[Callback] = [Evaluator(t.eval_every)]
+    if t.twin_every:
+        hooks.append(Fp32Twin(t.twin_every))
+    hooks += [
+        SpikeDetector(t.spike_window, t.spike_threshold),
+        MetricsLogger(t.log_every),
+        Checkpointer(t.ckpt_every),
+    ]
+    return hooks

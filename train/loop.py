@@ -1,0 +1,217 @@
+"""The one training loop, for every task: ``train(run, task, hooks) -> summary``.
+
+Each update: apply any precision-schedule entry due at this step (``quant.set_policy``), set the LR,
+draw ``task.batch(step)``, compute the loss (non-finite → stop as ``diverged``: a result, not a
+crash), backward, clip, optimizer step, then call each hook's ``on_step_end`` in order. Everything
+else (evaluation, metrics, checkpoints, spikes, the fp32 twin) lives in hooks (``train.hooks``).
+
+Start-up resolves where to begin: the run directory's own latest checkpoint (resume, policy as
+saved), else ``train.branch_from`` at ``train.branch_step`` (same weights, optimizer state, RNG and
+data position as the parent, but this run's precision), else a fresh model from ``train.seed``.
+
+Optimizer: AdamW with decoupled decay on Linear matrices only (never norms, embeddings or biases);
+betas and LR schedule default to the task's (LM: (0.9, 0.95), warm-up + cosine to min_lr_frac·lr;
+proxy: (0.9, 0.999), constant). The schedule is a pure function of the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+import quant
+from quant import QuantPolicy
+from train import checkpoint, record
+from train.config import RunConfig, TrainConfig
+from train.tasks import Task
+
+
+@dataclass
+class State:
+    """What hooks see: the run, its task, model and optimizer, the policy in force and the step."""
+
+    run: RunConfig
+    task: Task
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    policy: QuantPolicy
+    hooks: Sequence[Any] = ()
+    step: int = 0
+    batch: Any = None
+    stop: str | None = None
+    """Set by a hook to end the run at this step boundary (e.g. ``"interrupted"``)."""
+    status: str = "running"
+    diverged_step: int | None = None
+    last_loss: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def save_checkpoint(self) -> None:
+        states = {_name(h): s for h in self.hooks if (s := _hook_state(h)) is not None}
+        checkpoint.save(self.run.out_dir, self.step, self.model, self.optimizer, self.policy, states)
+
+
+def _name(hook: Any) -> str:
+    return getattr(hook, "name", type(hook).__name__)
+
+
+def _hook_state(hook: Any) -> Any:
+    return hook.state_dict() if hasattr(hook, "state_dict") else None
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, task: Task) -> torch.optim.AdamW:
+    """AdamW; weight decay only on the weight matrices of Linear layers."""
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if id(p) in decay], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
+    ]
+    betas = tuple(cfg.betas) if cfg.betas is not None else task.default_betas
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=betas, eps=cfg.eps)
+
+
+def lr_at(cfg: TrainConfig, task: Task, step: int) -> float:
+    """The LR of the update from ``step`` to ``step + 1``."""
+    if (cfg.lr_schedule or task.default_schedule) == "constant":
+        return cfg.lr
+    warmup = int(cfg.warmup_frac * cfg.steps)
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, cfg.steps - 1 - warmup)
+    low = cfg.min_lr_frac * cfg.lr
+    return low + (cfg.lr - low) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def train(run: RunConfig, task: Task, hooks: Sequence[Any] = (), *, overwrite: bool = False) -> dict:
+    """Train ``run`` (resuming or branching as configured) and return the summary (also written
+    to ``<out_dir>/summary.json``). Hooks run in the given order; put the Checkpointer last."""
+    started = time.time()
+    record.prepare(run.out_dir, run, overwrite)
+    previous = record.read_summary(run.out_dir)
+    cfg = run.train
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = task.build(cfg.seed)
+    policy = run.precision.policy()
+    quant.convert(model, policy)
+    ctx = State(run, task, model, make_optimizer(model, cfg, task), policy, hooks)
+    try:
+        for h in hooks:
+            h.on_train_start(ctx)
+        _start(ctx)
+        _loop(ctx)
+        if ctx.status == "running":
+            ctx.status = "done" if ctx.step >= cfg.steps else (ctx.stop or "interrupted")
+    except BaseException as exc:  # recorded, then re-raised: a crash is never a silent result
+        ctx.status = "failed" if isinstance(exc, Exception) else "interrupted"
+        ctx.extra["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        for h in hooks:
+            h.on_train_end(ctx)
+        summary = _summary(ctx, time.time() - started, previous)
+        record.write_summary(run.out_dir, summary)
+    return summary
+
+
+def _start(ctx: State) -> None:
+    cfg, out = ctx.run.train, ctx.run.out_dir
+    own = checkpoint.latest(out)
+    if own is not None:
+        state = checkpoint.load(own)
+        ctx.policy = checkpoint.policy_from_dict(state["policy"])
+    elif cfg.branch_from is not None:
+        path = checkpoint.path_for(cfg.branch_from, cfg.branch_step)
+        if not path.exists():
+            have = sorted(checkpoint.available(cfg.branch_from))
+            raise FileNotFoundError(f"train.branch_step={cfg.branch_step}: no checkpoint {path}; have {have}")
+        state = checkpoint.load(path)
+        ctx.policy = ctx.run.precision_at(cfg.branch_step).policy()
+    else:
+        record.truncate_metrics(out, 0)
+        return
+    checkpoint.restore(state, ctx.model, ctx.optimizer)
+    quant.set_policy(ctx.model, ctx.policy)
+    checkpoint.restore_sr_generator(state, ctx.model)
+    ctx.step = int(state["step"])
+    for h in ctx.hooks:
+        if _name(h) in state["hooks"]:
+            h.load_state_dict(state["hooks"][_name(h)])
+    record.truncate_metrics(out, ctx.step)
+
+
+def _loop(ctx: State) -> None:
+    run, cfg, task, model, opt = ctx.run, ctx.run.train, ctx.task, ctx.model, ctx.optimizer
+    changes_at = {e.step for e in cfg.schedule}
+    clip = cfg.grad_clip if cfg.grad_clip is not None else math.inf
+    model.train()
+    while ctx.step < cfg.steps and ctx.stop is None:
+        step = ctx.step
+        if step in changes_at:
+            ctx.policy = run.precision_at(step).policy()
+            quant.set_policy(model, ctx.policy)
+        lr = lr_at(cfg, task, step)
+        set_lr(opt, lr)
+        tic = time.perf_counter()
+        ctx.batch = task.batch(step)
+        opt.zero_grad(set_to_none=True)
+        loss = task.loss(model, ctx.batch)
+        value = loss.item()
+        if not math.isfinite(value):
+            ctx.status, ctx.diverged_step = "diverged", step + 1
+            return
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+        opt.step()
+        ctx.step, ctx.last_loss = step + 1, value
+        metrics = {"loss": value, "lr": lr, "grad_norm": grad_norm, "step_time": time.perf_counter() - tic}
+        for h in ctx.hooks:
+            h.on_step_end(ctx, metrics)
+        if "val_loss" in metrics:
+            for h in ctx.hooks:
+                h.on_eval(ctx, metrics)
+
+
+def _summary(ctx: State, wall: float, previous: dict | None) -> dict:
+    run, task = ctx.run, ctx.task
+    carried = previous.get("wall_time_total", 0.0) if previous and ctx.step > 0 else 0.0
+    summary = {
+        "status": ctx.status,
+        "task": run.task,
+        "step": ctx.step,
+        "steps": run.train.steps,
+        "diverged_step": ctx.diverged_step,
+        "final_train_loss": ctx.last_loss,
+        "final_val_loss": None,
+        "min_val_loss": None,
+        "N": task.n_params,
+        "D": ctx.step * task.tokens_per_step,
+        "C": ctx.step * task.flops_per_step,
+        "flops_convention": "6ND",
+        "precision": dataclasses.asdict(run.precision),
+        "policy_final": checkpoint.policy_to_dict(ctx.policy),
+        "spike_step": None,
+        "recovered": None,
+        "median_step_time": None,
+        "wall_time": wall,
+        "wall_time_total": carried + wall,
+        **ctx.extra,
+    }
+    for h in ctx.hooks:
+        if hasattr(h, "summary"):
+            summary.update(h.summary())
+    summary.update(record.environment())
+    return summary

@@ -1,0 +1,139 @@
+"""The run directory: a self-describing record of one run.
+
+    <out_dir>/config.yaml    the fully resolved RunConfig (dataclasses.asdict → OmegaConf YAML)
+    <out_dir>/metrics.jsonl  one JSON object per logged step (appended; truncated back to the
+                             checkpoint step on resume, so a resumed run has no duplicate lines)
+    <out_dir>/summary.json   status (done | diverged | failed | interrupted), losses, N, D, C,
+                             precision, spike, timings, versions and git revision; written atomically
+    <out_dir>/ckpt/          checkpoints (``train.checkpoint``)
+
+A run whose summary is final (``done`` or ``diverged``) is never silently overwritten: ``prepare``
+raises unless ``overwrite=True``, which clears the directory first. A run directory holding a
+different config is refused too, so a resume can never mix two configurations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+FINAL = ("done", "diverged")
+
+
+def config_yaml(run: Any) -> str:
+    """The resolved config as YAML text."""
+    return OmegaConf.to_yaml(OmegaConf.create(_plain(dataclasses.asdict(run))))
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _plain(dataclasses.asdict(x))
+    if x is None or isinstance(x, bool | int | float | str):
+        return x
+    return str(x)
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
+    path = Path(run_dir) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def prepare(run_dir: str | Path, run: Any, overwrite: bool = False) -> None:
+    """Create (or re-open for resume) ``run_dir`` and write ``config.yaml``."""
+    out = Path(run_dir)
+    summary = read_summary(out)
+    if overwrite and out.exists():
+        shutil.rmtree(out)
+    elif summary is not None and summary.get("status") in FINAL:
+        raise FileExistsError(
+            f"{out} already holds a finished run (status {summary['status']}); "
+            "pass overwrite=True or choose another out_dir"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    text = config_yaml(run)
+    cfg = out / "config.yaml"
+    if cfg.exists() and cfg.read_text() != text:
+        raise ValueError(f"{out} holds a run with a different config; use another out_dir or overwrite=True")
+    _atomic_write(cfg, text)
+
+
+def append_metrics(run_dir: str | Path, row: dict[str, Any]) -> None:
+    with open(Path(run_dir) / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truncate_metrics(run_dir: str | Path, step: int) -> None:
+    """Drop logged lines beyond ``step`` (and any torn last line), e.g. when resuming from step."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("step", 0) <= step:
+            keep.append(line)
+    _atomic_write(path, "".join(line + "\n" for line in keep))
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
+    _atomic_write(Path(run_dir) / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def environment() -> dict[str, Any]:
+    """Versions and the git revision (with a dirty flag) of the code that ran."""
+    try:
+        mxsweep = metadata.version("mxsweep")
+    except metadata.PackageNotFoundError:
+        mxsweep = None
+    return {
+        "versions": {"torch": torch.__version__, "python": platform.python_version(), "mxsweep": mxsweep},
+        "git": _git(),
+    }
+
+
+def _git() -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"revision": None, "dirty": None}
+    return {"revision": rev or None, "dirty": bool(dirty) if rev else None}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
