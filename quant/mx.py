@@ -244,6 +244,11 @@ def get_backend() -> str:
 
 @functools.cache
 def _compiled(fn):
+    # One compiled function serves every QuantSpec (each spec and dtype is its own graph, guarded as a
+    # constant); dynamo's default of 8 graphs per function would silently send the 9th back to eager.
+    cfg = torch._dynamo.config
+    cfg.recompile_limit = max(cfg.recompile_limit, 256)
+    cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 1024)
     return torch.compile(fn, dynamic=True)
 
 

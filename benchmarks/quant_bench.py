@@ -1,0 +1,349 @@
+"""CPU speed of mxsweep's fake-quant next to the memory floor and torchao's emulation.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/quant_bench.py            # 4096x4096, fp32 and bf16, 7 rounds
+    .venv/bin/python benchmarks/quant_bench.py --quick    # 1024x1024, 3 rounds (smoke test)
+    .venv/bin/python benchmarks/quant_bench.py --eager    # also time mxsweep's eager reference
+
+Method (docs/peers notes §4, §6b): every op is quantize followed by dequantize back to the
+input dtype on one seeded ``randn`` tensor, blocks along the last dim. Each variant is called
+once first (its compile time, for torch.compile variants, is reported separately), then all
+variants of one dtype are timed round-robin for ``--rounds`` rounds, so drifting machine load
+hits all of them alike; median, min and max are printed. The floors are ``x.clone()`` (a fresh
+allocation, as every fake-quant result is) and ``out.copy_(x)`` into a preallocated buffer.
+
+Targets: mxsweep compiled <= 3x ``x.clone()``, and >= 5x faster than torchao's eager emulation.
+
+A second part times a quantized Linear (forward + backward, 4096 tokens, 1024 -> 4096) made
+by ``quant.convert`` against ``nn.Linear``; it is skipped while ``quant.convert`` does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import quant  # noqa: E402
+
+TARGET_VS_CLONE = 3.0  # mxsweep compiled may take at most this many x.clone() times
+TARGET_VS_TORCHAO = 5.0  # and must be at least this many times faster than torchao eager
+
+# (label, mxsweep format name, torchao MX element dtype or "nvfp4")
+FORMATS = {
+    "mxfp8_e4m3": ("fp8_e4m3", "float8_e4m3fn"),
+    "mxfp4_e2m1": ("fp4_e2m1", "float4_e2m1fn_x2"),
+    "nvfp4": ("nvfp4", "nvfp4"),
+}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_torchao():
+    """torchao's eager MX/NVFP4 emulation, or (None, reason) when it cannot be imported."""
+    try:
+        import torchao
+        from torchao.prototype.mx_formats.config import ScaleCalculationMode
+        from torchao.prototype.mx_formats.mx_tensor import to_dtype, to_mx
+        from torchao.prototype.mx_formats.nvfp4_tensor import (
+            NVFP4Tensor,
+            per_tensor_amax_to_scale,
+        )
+    except Exception as e:  # ImportError, or a prototype API that moved
+        return None, f"{type(e).__name__}: {e}"
+
+    def mx(elem: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        dt = getattr(torch, elem)
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            scale, data = to_mx(x, dt, 32, ScaleCalculationMode.FLOOR)
+            return to_dtype(data, scale, dt, 32, x.dtype)
+
+        return run
+
+    def nvfp4(x: torch.Tensor) -> torch.Tensor:
+        pts = per_tensor_amax_to_scale(x.abs().amax())
+        return NVFP4Tensor.to_nvfp4(x, 16, per_tensor_scale=pts).dequantize(x.dtype)
+
+    return (torchao.__version__, mx, nvfp4), None
+
+
+def mxsweep(fmt: str, backend: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    def run(x: torch.Tensor) -> torch.Tensor:
+        quant.set_backend(backend)
+        return quant.quantize(x, fmt)
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    out = fn()
+    dt = time.perf_counter() - t0
+    del out
+    return dt
+
+
+def round_robin(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    """Time all cases interleaved, ``rounds`` times each. Returns seconds per case."""
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for r in range(rounds):
+        for k, fn in cases.items():
+            times[k].append(timed(fn))
+        if sys.stderr.isatty():
+            print(f"  round {r + 1}/{rounds} done", end="\r", file=sys.stderr, flush=True)
+    return times
+
+
+def warm_up(cases: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """Call each case twice; returns the first call's seconds (compile time included)."""
+    first = {}
+    for k, fn in cases.items():
+        first[k] = timed(fn)
+        timed(fn)  # a second call settles allocator caches and any lazy init
+    return first
+
+
+def stats_ms(ts: list[float]) -> dict[str, float]:
+    ms = [t * 1e3 for t in ts]
+    return {"median": statistics.median(ms), "min": min(ms), "max": max(ms)}
+
+
+def fmt_ratio(r: float | None, target: float, lower_is_better: bool) -> str:
+    if r is None:
+        return "n/a"
+    ok = r <= target if lower_is_better else r >= target
+    return f"{r:6.2f}x  ({'<=' if lower_is_better else '>='} {target:g}x: {'ok' if ok else 'MISS'})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 1: quantize + dequantize
+
+
+def bench_quant(args, dtype_name: str, torchao) -> dict:
+    dtype = DTYPES[dtype_name]
+    n = args.size
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, n, generator=g).to(dtype)
+    out = torch.empty_like(x)
+    cases: dict[str, Callable[[], object]] = {
+        "x.clone()": lambda: x.clone(),
+        "out.copy_(x)": lambda: out.copy_(x),
+    }
+    for label in args.formats:
+        fmt, ao_elem = FORMATS[label]
+        cases[f"{label} mxsweep compiled"] = functools.partial(mxsweep(fmt, "compiled"), x)
+        if args.eager:
+            cases[f"{label} mxsweep eager"] = functools.partial(mxsweep(fmt, "eager"), x)
+        if torchao is not None:
+            _, ao_mx, ao_nvfp4 = torchao
+            ao = ao_nvfp4 if ao_elem == "nvfp4" else ao_mx(ao_elem)
+            cases[f"{label} torchao eager"] = functools.partial(ao, x)
+
+    print(f"\n== quantize+dequantize, {dtype_name}, {n}x{n}, {args.rounds} rounds ==")
+    first = warm_up(cases)
+    times = round_robin(cases, args.rounds)
+    res = {k: stats_ms(v) | {"first_call_ms": first[k] * 1e3} for k, v in times.items()}
+
+    nbytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
+    print(f"{'variant':34s} {'median':>9s} {'min':>9s} {'max':>9s} {'GB/s':>7s}  first call")
+    for k, s in res.items():
+        gbs = nbytes / (s["median"] * 1e-3) / 1e9
+        print(
+            f"{k:34s} {s['median']:8.1f}ms {s['min']:8.1f}ms {s['max']:8.1f}ms {gbs:7.2f}  "
+            f"{s['first_call_ms'] / 1e3:7.2f}s"
+        )
+
+    clone = res["x.clone()"]["median"]
+    print(f"\nratios ({dtype_name}; medians):")
+    for label in args.formats:
+        comp = res[f"{label} mxsweep compiled"]["median"]
+        line = f"  {label:11s} mxsweep/clone {fmt_ratio(comp / clone, TARGET_VS_CLONE, True)}"
+        ao = res.get(f"{label} torchao eager")
+        ao_ratio = ao["median"] / comp if ao else None
+        line += f"   torchao/mxsweep {fmt_ratio(ao_ratio, TARGET_VS_TORCHAO, False)}"
+        eager = res.get(f"{label} mxsweep eager")
+        if eager:
+            line += f"   eager/compiled {eager['median'] / comp:6.2f}x"
+        print(line)
+        res[f"{label} ratios"] = {
+            "mxsweep_over_clone": comp / clone,
+            "torchao_over_mxsweep": ao_ratio,
+        }
+    compile_s = {label: res[f"{label} mxsweep compiled"]["first_call_ms"] / 1e3 for label in args.formats}
+    print("compile (first call) s: " + ", ".join(f"{k} {v:.1f}" for k, v in compile_s.items()))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 2: quantized Linear forward + backward
+
+
+def bench_linear(args, dtype_name: str) -> dict | None:
+    dtype = DTYPES[dtype_name]
+    tokens, d_in, d_out = args.linear_shape
+    print(
+        f"\n== Linear forward+backward, {dtype_name}, {tokens} tokens x {d_in}->{d_out}, "
+        f"{args.rounds} rounds =="
+    )
+    try:
+        convert, policy_cls = quant.convert, quant.QuantPolicy
+        torch.manual_seed(0)
+        ref = nn.Sequential(nn.Linear(d_in, d_out)).to(dtype)
+        qmodel = copy.deepcopy(ref)
+        policy = policy_cls(w="fp8_e4m3", a="fp8_e4m3")
+        quant.set_backend("compiled")
+        ret = convert(qmodel, policy)
+    except (ImportError, AttributeError) as e:
+        print(f"quantized Linear not available yet ({type(e).__name__}: {e})")
+        return None
+    except TypeError as e:  # the planned signature changed
+        print(f"quantized Linear API differs from the planned one: {e}")
+        return None
+    if isinstance(ret, nn.Module):
+        qmodel = ret
+    swapped = type(qmodel[0]) is not nn.Linear
+    print(f"policy {policy!r}; layer after convert: {type(qmodel[0]).__name__}")
+    if not swapped:
+        print("WARNING: quant.convert left nn.Linear in place; timing an unquantized layer")
+
+    x = torch.randn(tokens, d_in, dtype=dtype, requires_grad=True)
+    grad = torch.randn(tokens, d_out, dtype=dtype)
+
+    def step(model: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            x.grad = None
+            model.zero_grad(set_to_none=True)
+            model(x).backward(grad)
+
+        return run
+
+    cases = {"nn.Linear": step(ref), "mxsweep quantized Linear (compiled)": step(qmodel)}
+    first = warm_up(cases)
+    times = round_robin(cases, args.rounds)
+    res = {k: stats_ms(v) | {"first_call_ms": first[k] * 1e3} for k, v in times.items()}
+    flops = 3 * 2 * tokens * d_in * d_out  # forward, dgrad, wgrad GEMMs
+    print(f"{'variant':38s} {'median':>9s} {'min':>9s} {'max':>9s} {'GFLOP/s':>8s}  first call")
+    for k, s in res.items():
+        print(
+            f"{k:38s} {s['median']:8.1f}ms {s['min']:8.1f}ms {s['max']:8.1f}ms "
+            f"{flops / (s['median'] * 1e-3) / 1e9:8.1f}  {s['first_call_ms'] / 1e3:7.2f}s"
+        )
+    ratio = res["mxsweep quantized Linear (compiled)"]["median"] / res["nn.Linear"]["median"]
+    print(f"quantized / nn.Linear: {ratio:.2f}x")
+    res["ratio"] = ratio
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", type=int, default=4096, help="tensor is size x size (default 4096)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
+    p.add_argument("--quick", action="store_true", help="smoke run: --size 1024 --rounds 3")
+    p.add_argument("--eager", action="store_true", help="also time mxsweep's (slow) eager path")
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    p.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
+    p.add_argument("--no-torchao", action="store_true", help="skip the torchao columns")
+    p.add_argument("--no-linear", action="store_true", help="skip the quantized Linear part")
+    p.add_argument(
+        "--linear-shape",
+        type=int,
+        nargs=3,
+        default=(4096, 1024, 4096),
+        metavar=("TOKENS", "IN", "OUT"),
+    )
+    p.add_argument(
+        "--recompile-limit",
+        type=int,
+        default=64,
+        help="torch._dynamo recompile_limit for this process (torch's default is 8; one "
+        "compiled graph per QuantSpec and dtype, past the limit dynamo silently runs eager)",
+    )
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="default: os.cpu_count()")
+    p.add_argument("--json", type=Path, help="also write all numbers to this JSON file")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.size, args.rounds = 1024, 3
+        args.linear_shape = (1024, 256, 1024)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, args.recompile_limit)
+    torchao, why = (None, "--no-torchao") if args.no_torchao else load_torchao()
+
+    print(f"python {platform.python_version()}  torch {torch.__version__}  ", end="")
+    print(f"torchao {torchao[0] if torchao else 'not used (' + why + ')'}")
+    print(
+        f"cpu: {cpu_model()}; os.cpu_count()={os.cpu_count()}; "
+        f"torch threads={torch.get_num_threads()}; "
+        f"dynamo recompile_limit={torch._dynamo.config.recompile_limit}"
+    )
+    if torchao is None:
+        print(f"NOTE: torchao columns skipped: {why}")
+    print(
+        f"targets: mxsweep compiled <= {TARGET_VS_CLONE:g}x x.clone(); "
+        f">= {TARGET_VS_TORCHAO:g}x faster than torchao eager"
+    )
+
+    previous = quant.get_backend()
+    results: dict = {
+        "torch": torch.__version__,
+        "torchao": torchao[0] if torchao else None,
+        "cpu": cpu_model(),
+        "threads": torch.get_num_threads(),
+        "size": args.size,
+        "rounds": args.rounds,
+    }
+    try:
+        for dt in args.dtypes:
+            results[f"quant {dt}"] = bench_quant(args, dt, torchao)
+        if not args.no_linear:
+            for dt in args.dtypes:
+                results[f"linear {dt}"] = bench_linear(args, dt)
+    finally:
+        quant.set_backend(previous)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
