@@ -59,30 +59,36 @@ class MatmulSpecs:
 
 
 class _QMatmul(torch.autograd.Function):
+    """Under ``torch.autocast`` the operands are quantized in their own dtype and the forward GEMM
+    runs in the autocast dtype; backward (which autocast does not reach) runs its GEMMs in that same
+    dtype and returns gradients in the inputs' dtypes. Without autocast every cast is a no-op."""
+
     @staticmethod
     def forward(ctx, a, b, specs: MatmulSpecs, gen: torch.Generator | None):
         ctx.save_for_backward(a, b)
         ctx.specs, ctx.gen = specs, gen
-        return torch.matmul(
+        y = torch.matmul(
             quantize_spec(a, specs.a, axis=-1, generator=gen),
             quantize_spec(b, specs.b, axis=-2, generator=gen),
         )
+        ctx.gemm_dtype = y.dtype
+        return y
 
     @staticmethod
     def backward(ctx, dy):
         a, b = ctx.saved_tensors
-        s, gen = ctx.specs, ctx.gen
+        s, gen, dt = ctx.specs, ctx.gen, ctx.gemm_dtype
         da = db = None
         if ctx.needs_input_grad[0]:
             da = torch.matmul(
-                quantize_spec(dy, s.g_dgrad, axis=-1, generator=gen),
-                quantize_spec(b, s.b_bwd, axis=-1, generator=gen).mT,
-            )
+                quantize_spec(dy, s.g_dgrad, axis=-1, generator=gen).to(dt),
+                quantize_spec(b, s.b_bwd, axis=-1, generator=gen).to(dt).mT,
+            ).to(a.dtype)
         if ctx.needs_input_grad[1]:
             db = torch.matmul(
-                quantize_spec(a, s.a_bwd, axis=-2, generator=gen).mT,
-                quantize_spec(dy, s.g_wgrad, axis=-2, generator=gen),
-            )
+                quantize_spec(a, s.a_bwd, axis=-2, generator=gen).to(dt).mT,
+                quantize_spec(dy, s.g_wgrad, axis=-2, generator=gen).to(dt),
+            ).to(b.dtype)
         return da, db, None, None
 
 
