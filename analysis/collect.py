@@ -1,0 +1,352 @@
+"""Run records → tidy pandas frames: ``collect`` (one row per run) and ``curves`` (one row per logged step).
+
+A run record is a directory holding ``summary.json`` and/or ``config.yaml`` (``train.record``), at any
+depth under the sweep directory. Hidden directories (Hydra's ``.hydra/``) and ``ckpt/`` are never
+searched. A record whose summary names a ``kind`` (e.g. ``"block_size_study"``) is not a training
+run: ``collect`` leaves it out and ``study_records`` returns it.
+
+Columns of ``collect``:
+
+- ``run`` (path relative to the sweep directory, the row's id) and ``path``;
+- the resolved config flattened with dotted names (``model.depth``, ``train.lr``, ``precision.w``,
+  ``data.source`` …; lists and dicts as JSON text);
+- precision as it ran: ``w``, ``a``, the four backward roles ``w_bwd``, ``a_bwd``, ``g_dgrad``,
+  ``g_wgrad`` with their defaults resolved (``fp32`` when forward-only), ``fwd_only``,
+  ``norm_affine``, ``block_size``, ``scale``; ``pair`` = ``"w/a"`` and ``precision``, a label that
+  adds every setting differing from the default (``"fp8_e4m3/bf16 fwd-only"``, ``"… bs=16"``);
+- ``N``, ``D``, ``C`` (as run: a diverged run stops early), ``D_planned``, ``C_planned`` (at
+  ``steps``), ``tokens_per_param`` = D_planned/N, ``budget`` (nominal compute: a ``budget`` config or
+  summary field if the sweep wrote one, else ``C_planned`` grouped within 10 %);
+- ``status`` (``done | diverged | failed | interrupted``, or ``incomplete`` without a summary),
+  ``diverged``, ``spike_step``, ``spiked``, ``recovered``, ``unstable`` (diverged, or spiked and not
+  recovered), ``final_val_loss``, ``min_val_loss``, ``final_train_loss``, ``median_step_time``,
+  ``wall_time`` and the remaining scalar summary fields.
+
+A corrupt record (unparsable JSON/YAML, a summary that is not an object) is skipped with a
+``RecordWarning`` naming the file; a torn line in ``metrics.jsonl`` is dropped the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+SUMMARY, CONFIG, METRICS = "summary.json", "config.yaml", "metrics.jsonl"
+_SKIP_DIRS = {"ckpt", "__pycache__", "figures"}
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Mirrors train.config.PrecisionConfig's defaults (a test keeps the two in step); analysis never
+# imports torch.
+PRECISION_DEFAULTS: dict[str, Any] = {
+    "w": "fp32",
+    "a": "fp32",
+    "w_bwd": None,
+    "a_bwd": None,
+    "g_dgrad": None,
+    "g_wgrad": None,
+    "block_size": 32,
+    "scale": "e8m0",
+    "scale_rule": "floor",
+    "rounding": "even",
+    "grad_rounding": None,
+    "quantize_backward": True,
+    "norm_affine": "none",
+    "vector_ops": "none",
+    "attention": False,
+    "exclude": [],
+}
+BACKWARD_ROLES = ("w_bwd", "a_bwd", "g_dgrad", "g_wgrad")
+_BACKWARD_DEFAULTS = {"w_bwd": "w", "a_bwd": "a", "g_dgrad": "a", "g_wgrad": "g_dgrad"}
+_LABEL_KEYS = {  # setting → short tag in the precision label, when it differs from the default
+    "block_size": "bs",
+    "scale": "scale",
+    "scale_rule": "rule",
+    "rounding": "round",
+    "grad_rounding": "grad_round",
+    "norm_affine": "ln",
+    "vector_ops": "vec",
+}
+BUDGET_KEYS = ("budget", "budget.flops", "sweep.budget", "train.budget", "flops_budget")
+_SUMMARY_SKIP = {"precision", "policy_final", "versions", "git"}
+
+
+class RecordWarning(UserWarning):
+    """A run record that could not be read (it is skipped, never fatal)."""
+
+
+def _warn(path: Path, why: str) -> None:
+    warnings.warn(f"skipping {path}: {why}", RecordWarning, stacklevel=3)
+
+
+def find_records(sweep_dir: str | Path) -> list[Path]:
+    """Every directory under ``sweep_dir`` (itself included) holding a summary.json or config.yaml."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"sweep directory {root} does not exist")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
+        if SUMMARY in filenames or CONFIG in filenames:
+            found.append(Path(dirpath))
+    return found
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None (with a warning) if it is not one."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        _warn(path, f"unreadable JSON ({type(e).__name__}: {e})")
+        return None
+    if not isinstance(obj, dict):
+        _warn(path, f"expected a JSON object, got {type(obj).__name__}")
+        return None
+    return obj
+
+
+def _read_yaml(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = yaml.load(path.read_text(), Loader=_Loader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        _warn(path, f"unreadable YAML ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+        return None
+    if not isinstance(obj, dict):
+        _warn(path, f"expected a YAML mapping, got {type(obj).__name__}")
+        return None
+    return obj
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            yield from _flatten(v, key + ".")
+        elif isinstance(v, list | dict):
+            yield key, json.dumps(v)
+        else:
+            yield key, v
+
+
+def precision_fields(prec: dict[str, Any] | None) -> dict[str, Any]:
+    """Columns describing what ran: formats with backward defaults resolved, flags and the labels."""
+    p = {**PRECISION_DEFAULTS, **(prec or {})}
+    fwd_only = not p["quantize_backward"]
+    out: dict[str, Any] = {"w": p["w"], "a": p["a"]}
+    resolved = {"w": p["w"], "a": p["a"]}
+    for role in BACKWARD_ROLES:
+        resolved[role] = p[role] if p[role] is not None else resolved[_BACKWARD_DEFAULTS[role]]
+        out[role] = "fp32" if fwd_only else resolved[role]
+    out.update(
+        fwd_only=fwd_only,
+        norm_affine=p["norm_affine"],
+        block_size=p["block_size"],
+        scale=p["scale"],
+        pair=f"{p['w']}/{p['a']}",
+    )
+    tags = ["fwd-only"] if fwd_only else []
+    tags += [f"{role}={p[role]}" for role in BACKWARD_ROLES if p[role] is not None and not fwd_only]
+    tags += [f"{tag}={p[k]}" for k, tag in _LABEL_KEYS.items() if p[k] != PRECISION_DEFAULTS[k]]
+    if p["attention"]:
+        tags.append("attn")
+    if p["exclude"]:
+        tags.append("exclude=" + ",".join(p["exclude"]))
+    out["precision"] = " ".join([out["pair"], *tags])
+    return out
+
+
+def _row(run_dir: Path, root: Path) -> dict[str, Any] | None:
+    summary = config = None
+    if (run_dir / SUMMARY).exists():
+        summary = _read_json(run_dir / SUMMARY)
+        if summary is None:
+            return None
+        if summary.get("kind") not in (None, "train", "run"):
+            return None  # a study record (see study_records), not a training run
+    if (run_dir / CONFIG).exists():
+        config = _read_yaml(run_dir / CONFIG)
+        if config is None:
+            return None
+    if summary is None and config is None:
+        return None
+    rel = run_dir.relative_to(root).as_posix()
+    row: dict[str, Any] = {"run": rel if rel != "." else run_dir.name, "path": str(run_dir)}
+    if config:
+        row.update(_flatten(config))
+    prec = (summary or {}).get("precision") or (config or {}).get("precision")
+    row.update(precision_fields(prec if isinstance(prec, dict) else None))
+    if summary is None:
+        row["status"] = "incomplete"
+        return row
+    for k, v in summary.items():
+        if k in _SUMMARY_SKIP:
+            continue
+        if isinstance(v, dict):
+            row.update(_flatten(v, k + "."))
+        elif isinstance(v, list):
+            row[k] = json.dumps(v)
+        else:
+            row[k] = v
+    for k in ("git", "versions"):
+        if isinstance(summary.get(k), dict):
+            row.update(_flatten(summary[k], k + "."))
+    final = summary.get("policy_final")
+    if isinstance(final, dict):
+        row["precision_final"] = precision_fields(final)["precision"]
+    return row
+
+
+_FLOAT_COLUMNS = (
+    "N",
+    "D",
+    "C",
+    "final_val_loss",
+    "min_val_loss",
+    "final_train_loss",
+    "spike_step",
+    "diverged_step",
+    "median_step_time",
+    "wall_time",
+    "wall_time_total",
+    "step",
+    "steps",
+)
+
+
+def collect(sweep_dir: str | Path) -> pd.DataFrame:
+    """One row per training run under ``sweep_dir`` (see the module docstring for the columns)."""
+    root = Path(sweep_dir)
+    rows = [r for d in find_records(root) if (r := _row(d, root)) is not None]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=["run", "path", "status", "precision", "pair", "N", "D", "C"])
+    for col in _FLOAT_COLUMNS:  # C overflows int64 at real budgets; None → NaN
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float) if col in df else np.nan
+    for col in ("status", "recovered"):
+        if col not in df:
+            df[col] = None
+    frac = df["steps"] / df["step"].where(df["step"] > 0)
+    df["D_planned"] = np.where(df["step"] == df["steps"], df["D"], df["D"] * frac)
+    df["C_planned"] = np.where(df["step"] == df["steps"], df["C"], df["C"] * frac)
+    df["tokens_per_param"] = df["D_planned"] / df["N"]
+    df["diverged"] = df["status"].eq("diverged")
+    df["spiked"] = df["spike_step"].notna()
+    df["recovered"] = df["recovered"].astype("boolean")
+    df["unstable"] = df["diverged"] | (df["spiked"] & df["recovered"].eq(False).fillna(False))
+    df["unstable"] = df["unstable"].astype(bool)
+    df["budget"] = _budget(df)
+    return df.sort_values("run", kind="stable").reset_index(drop=True)
+
+
+def _budget(df: pd.DataFrame) -> pd.Series:
+    for key in BUDGET_KEYS:
+        if key in df and pd.to_numeric(df[key], errors="coerce").notna().any():
+            explicit = pd.to_numeric(df[key], errors="coerce").astype(float)
+            return explicit.fillna(group_budgets(df["C_planned"]))
+    return group_budgets(df["C_planned"])
+
+
+def group_budgets(C: pd.Series | np.ndarray, rel_tol: float = 0.1) -> pd.Series:
+    """Nominal budgets: sorted compute values split wherever consecutive ones differ by more than
+    ``rel_tol``; each group is labelled by its median rounded to 3 significant figures."""
+    c = pd.Series(np.asarray(C, dtype=float))
+    out = pd.Series(np.nan, index=c.index)
+    ok = c[(c > 0) & np.isfinite(c)].sort_values()
+    if ok.empty:
+        return out
+    group = (np.log(ok).diff() > math.log1p(rel_tol)).cumsum()
+    for _, members in ok.groupby(group.to_numpy()):
+        out[members.index] = float(f"{members.median():.3g}")
+    return out
+
+
+def study_records(sweep_dir: str | Path, kind: str) -> list[tuple[Path, dict[str, Any]]]:
+    """(directory, summary) of every record whose summary.json says ``"kind": kind``."""
+    out = []
+    for d in find_records(sweep_dir):
+        if (d / SUMMARY).exists():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RecordWarning)  # collect warns about these already
+                summary = _read_json(d / SUMMARY)
+            if summary is not None and summary.get("kind") == kind:
+                out.append((d, summary))
+    return out
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of one metrics.jsonl; malformed lines are dropped with one warning naming the file."""
+    path = Path(path)
+    rows, bad = [], []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        _warn(path, f"unreadable ({type(e).__name__})")
+        return []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            bad.append(i)
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(i)
+    if bad:
+        warnings.warn(f"{path}: dropped malformed line(s) {bad[:5]}", RecordWarning, stacklevel=2)
+    return rows
+
+
+RUN_COORDS = ("precision", "pair", "fwd_only", "N", "tokens_per_param", "budget", "status", "unstable")
+
+
+def curves(sweep_dir: str | Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (run, logged step) from every metrics.jsonl, with the run's coordinates
+    (``RUN_COORDS`` from ``collect``, or from ``runs`` if given) as extra columns."""
+    runs = collect(sweep_dir) if runs is None else runs
+    frames = []
+    for _, r in runs.iterrows():
+        path = Path(r["path"]) / METRICS
+        if not path.exists():
+            continue
+        rows = read_metrics(path)
+        if rows:
+            frame = pd.DataFrame(rows)
+            frame.insert(0, "run", r["run"])
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["run", "step", *RUN_COORDS])
+    long = pd.concat(frames, ignore_index=True, sort=False)
+    coords = [c for c in RUN_COORDS if c in runs]
+    return long.merge(runs[["run", *coords]], on="run", how="left")
+
+
+def export(df: pd.DataFrame, stem: str | Path) -> tuple[Path, Path]:
+    """Write ``<stem>.parquet`` and ``<stem>.csv``; returns both paths."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    pq, csv = stem.with_suffix(".parquet"), stem.with_suffix(".csv")
+    parquet_safe(df).to_parquet(pq, index=False)
+    df.to_csv(csv, index=False)
+    return pq, csv
+
+
+def parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Object columns with mixed types (e.g. a config field that is a number in one run and text in
+    another) become text, which parquet accepts."""
+    out = df.copy()
+    for col in [c for c in out.columns if pd.api.types.is_object_dtype(out[c].dtype)]:
+        kinds = {type(v) for v in out[col] if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        if len(kinds) > 1:
+            out[col] = out[col].map(lambda v: None if v is None or v != v else str(v))
+    return out
