@@ -1,0 +1,49 @@
+"""``python -m analysis report <sweep_dir> [--out DIR]`` and ``python -m analysis collect <sweep_dir>``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("report", help="write report.md, results.parquet, fits.json and figures/")
+    rep.add_argument("sweep_dir", type=Path)
+    rep.add_argument("--out", type=Path, default=None, help="output directory (default: the sweep dir)")
+    rep.add_argument("--loss", default="final_val_loss", help="loss column to fit (or min_val_loss)")
+    rep.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples per fit (0: none)")
+    rep.add_argument("--seed", type=int, default=0)
+    col = sub.add_parser("collect", help="write results.parquet/.csv and curves.parquet only")
+    col.add_argument("sweep_dir", type=Path)
+    col.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not args.sweep_dir.is_dir():
+        print(f"error: {args.sweep_dir} is not a directory", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    if args.command == "report":
+        from analysis.report import write_report
+
+        path = write_report(
+            args.sweep_dir, args.out, loss=args.loss, bootstrap=args.bootstrap, seed=args.seed
+        )
+        print(f"report: {path} ({time.perf_counter() - t0:.1f}s)")
+        return 0
+    from analysis.collect import collect, curves, export, parquet_safe
+
+    out = args.out or args.sweep_dir
+    df = collect(args.sweep_dir)
+    pq, csv = export(df, out / "results")
+    cur = curves(args.sweep_dir, df)
+    parquet_safe(cur).to_parquet(out / "curves.parquet", index=False)
+    print(f"{len(df)} runs → {pq}, {csv}; {len(cur)} curve rows → {out / 'curves.parquet'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
