@@ -12,9 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _launch(*overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MXSWEEP_QUANT_BACKEND": "eager", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MXSWEEP_QUANT_BACKEND": "eager", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
     return subprocess.run(
-        [sys.executable, "launch.py", *overrides],
+        [sys.executable, "launch.py", "logger=disabled", *overrides],
         cwd=REPO,
         env=env,
         capture_output=True,

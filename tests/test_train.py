@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 import quant
 from models import LMConfig, ProxyConfig
 from train import checkpoint, record
-from train.config import PrecisionConfig, RunConfig, ScheduleEntry, TrainConfig
+from train.config import LoggerConfig, PrecisionConfig, RunConfig, ScheduleEntry, TrainConfig, WandbConfig
 from train.hooks import Callback, SpikeDetector, default_hooks
 from train.loop import train
 from train.tasks import LMTask, ProxyTask, make_task
@@ -60,11 +60,14 @@ class ToyTokens:
 
 LM_CFG = LMConfig(depth=1, vocab_size=256)
 PROXY_CFG = ProxyConfig(depth=2, width=32)
+NO_WANDB = LoggerConfig(wandb=WandbConfig(mode="disabled"))  # tests never reach for the network
 
 
 def lm_run(out, **train) -> RunConfig:
     kw = dict(steps=40, batch_size=8, lr=1e-2, eval_every=20, eval_batches=2, ckpt_every=0, spike_window=10)
-    return RunConfig(task="lm", model=LM_CFG, train=TrainConfig(**{**kw, **train}), out_dir=str(out))
+    return RunConfig(
+        task="lm", model=LM_CFG, train=TrainConfig(**{**kw, **train}), out_dir=str(out), logger=NO_WANDB
+    )
 
 
 def proxy_run(out, precision: PrecisionConfig | None = None, **train) -> RunConfig:
@@ -77,6 +80,7 @@ def proxy_run(out, precision: PrecisionConfig | None = None, **train) -> RunConf
         precision=precision or PrecisionConfig(),
         train=TrainConfig(**{**kw, **train}),
         out_dir=str(out),
+        logger=NO_WANDB,
     )
 
 
@@ -257,6 +261,13 @@ def test_resume_refuses_a_different_config(tmp_path):
     run_task(proxy_run(tmp_path, steps=10), extra=(StopAt(4),))
     with pytest.raises(ValueError, match="different config"):
         run_task(proxy_run(tmp_path, steps=10, lr=1e-2))
+    # what a resume may change: the logger and the device (record.NOT_IDENTITY)
+    moved = proxy_run(tmp_path, steps=10, device="cuda:1")
+    moved.logger = LoggerConfig(wandb=WandbConfig(mode="offline", group="g"))
+    record.prepare(tmp_path, moved)
+    assert "cuda:1" in (tmp_path / "config.yaml").read_text()
+    with pytest.raises(ValueError, match="different config"):
+        record.prepare(tmp_path, proxy_run(tmp_path, steps=10, autocast="bf16"))
 
 
 @pytest.mark.parametrize(

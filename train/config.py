@@ -21,6 +21,8 @@ from quant import QuantPolicy
 
 TASKS = ("lm", "proxy")
 LR_SCHEDULES = ("cosine", "constant")
+AUTOCASTS = ("none", "bf16")
+WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
 @dataclass
@@ -114,6 +116,11 @@ class TrainConfig:
     """Run directory whose checkpoint at ``branch_step`` this run starts from (its own policy)."""
     branch_step: int | None = None
     device: str = "cpu"
+    """``cpu``, ``cuda`` or ``cuda:<i>``. Under DDP, ``cuda`` means each rank's ``cuda:<LOCAL_RANK>``.
+    Whether the device exists is checked when training starts (configs stay buildable anywhere)."""
+    autocast: str = "none"
+    """``none`` or ``bf16``: forward passes (train and eval) under ``torch.autocast`` with bf16 on
+    ``device``; parameters, optimizer state and the fp32 twin stay fp32."""
 
     def __post_init__(self):
         for name, low in (("steps", 1), ("batch_size", 1), ("eval_batches", 1), ("log_every", 1)):
@@ -150,6 +157,47 @@ class TrainConfig:
             raise ValueError("train.branch_from and train.branch_step must be set together")
         if self.branch_step is not None and not 0 < self.branch_step < self.steps:
             raise ValueError(f"train.branch_step must be in (0, train.steps), got {self.branch_step}")
+        kind, _, index = self.device.partition(":")
+        if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+            raise ValueError(f"train.device={self.device!r}; use cpu, cuda or cuda:<index>")
+        if self.autocast not in AUTOCASTS:
+            raise ValueError(f"train.autocast={self.autocast!r}; use one of {AUTOCASTS}")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases logging of a run (``train.wandb_logger``); the run record never depends on it.
+
+    ``mode``: ``online``, ``offline`` (written under ``<out_dir>/wandb``; upload later with
+    ``wandb sync <out_dir>/wandb/offline-run-*``), ``disabled`` (wandb is not even imported), or
+    ``auto``: ``$WANDB_MODE`` if set, else ``online`` when an API key is configured (``WANDB_API_KEY``
+    or a ``~/.netrc`` entry for the wandb host), else ``offline``."""
+
+    mode: str = "auto"
+    project: str = "mxsweep"
+    entity: str | None = None
+    """Team or user; None: wandb's default entity of the API key."""
+    group: str | None = None
+    """Runs of one sweep share a group (the sweep name); None: no group."""
+    tags: list[str] = field(default_factory=list)
+    """Extra tags; the precision tags (``w:<fmt>``, ``a:<fmt>``, …) and ``task:<task>`` are always added."""
+
+    def __post_init__(self):
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"logger.wandb.mode={self.mode!r}; use one of {WANDB_MODES}")
+        if not self.project:
+            raise ValueError("logger.wandb.project must be a non-empty name")
+        self.tags = [str(t) for t in self.tags]
+        long = [t for t in self.tags if not 0 < len(t) <= 64]
+        if long:
+            raise ValueError(f"logger.wandb.tags must be 1..64 characters each, got {long}")
+
+
+@dataclass
+class LoggerConfig:
+    """Where a run's metrics go besides its run directory (which is always written)."""
+
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
 @dataclass
@@ -166,6 +214,8 @@ class RunConfig:
     data: Any = None
     """The LM's data config (``train.data.DataConfig``); unused by the proxy."""
     out_dir: str = "runs/unnamed"
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    """Logging only: not part of the run's identity (a resume may change it)."""
 
     def __post_init__(self):
         if self.task not in TASKS:

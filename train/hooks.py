@@ -2,12 +2,17 @@
 
 A hook implements any of ``on_train_start(state)``, ``on_step_end(state, metrics)`` (add keys to
 ``metrics`` to have later hooks see them), ``on_eval(state, metrics)``, ``on_train_end(state)``;
-optionally ``state_dict()``/``load_state_dict(d)`` (saved in checkpoints, keyed by ``name``) and
-``summary() -> dict`` (merged into summary.json). Order matters; ``default_hooks`` gives
+optionally ``state_dict()``/``load_state_dict(d)`` (saved in checkpoints, keyed by ``name``),
+``summary() -> dict`` (merged into summary.json) and ``on_summary(state, summary)`` (after it is
+written). Order matters; ``default_hooks`` gives
 
-    Evaluator → Fp32Twin → SpikeDetector → MetricsLogger → Checkpointer
+    Evaluator → Fp32Twin → SpikeDetector → MetricsLogger → WandbLogger → Checkpointer
 
-so the logger sees val loss and twin metrics, and the checkpoint sees every hook's latest state.
+so the loggers see val loss and twin metrics, and the checkpoint sees every hook's latest state.
+
+Multi-process: only rank 0 runs a hook unless it sets ``all_ranks = True`` (the Evaluator, whose
+loss is averaged over the ranks' validation shards, and the Checkpointer, which agrees on a stop
+across ranks; rank 0 alone writes the checkpoint).
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ import torch.nn as nn
 
 import quant
 from quant import QuantPolicy
-from train import checkpoint, record
+from train import checkpoint, distributed, record
 from train.config import RunConfig
-from train.loop import State, lr_at, make_optimizer, set_lr
+from train.loop import State, autocast, lr_at, make_optimizer, set_lr
 
 
 class Callback:
     """No-op base: subclass and override what you need."""
+
+    all_ranks = False
+    """Run on every rank under DDP (only rank 0 otherwise)."""
 
     @property
     def name(self) -> str:
@@ -56,19 +64,24 @@ def _due(step: int, every: int, last: int) -> bool:
 
 @torch.no_grad()
 def evaluate(state: State) -> float:
-    """Mean validation loss; the stochastic-rounding generator is left as it was."""
+    """Mean validation loss (under the run's autocast; averaged over ranks under DDP); the
+    stochastic-rounding generator is left as it was."""
     gen = checkpoint._sr_generator(state.model)
     saved = gen.get_state() if gen is not None else None
     state.model.eval()
-    losses = [float(state.task.loss(state.model, b)) for b in state.task.val_batches()]
+    with autocast(state.run):
+        losses = [float(state.task.loss(state.model, b)) for b in state.task.val_batches()]
     state.model.train()
     if gen is not None:
         gen.set_state(saved)
-    return sum(losses) / len(losses)
+    mean = sum(losses) / len(losses)
+    return distributed.mean(mean) if state.world_size > 1 else mean
 
 
 class Evaluator(Callback):
     """``val_loss`` every ``every`` steps and at the last step."""
+
+    all_ranks = True
 
     def __init__(self, every: int):
         self.every, self.final, self.best = every, None, None
@@ -117,6 +130,7 @@ class MetricsLogger(Callback):
 
     def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
         self.step_times.append(metrics["step_time"])
+        state.row = None
         s, task = state.step, state.task
         if not (_due(s, self.every, state.run.train.steps) or "val_loss" in metrics or state.stop):
             return
@@ -124,6 +138,7 @@ class MetricsLogger(Callback):
         row["epoch"] = task.epoch(s)
         row.update(self._clipping(state))
         record.append_metrics(state.run.out_dir, row)
+        state.row = row
 
     def _clipping(self, state: State) -> dict[str, float]:
         p, out = state.policy, {}
@@ -152,6 +167,7 @@ class Checkpointer(Callback):
     with status ``interrupted`` (resume by calling ``train`` again)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    all_ranks = True
 
     def __init__(self, every: int = 0):
         self.every, self.requested, self._previous, self._saved_at = every, None, {}, None
@@ -166,6 +182,8 @@ class Checkpointer(Callback):
                 self._previous[sig] = signal.signal(sig, self.request_stop)
 
     def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        if state.world_size > 1 and distributed.any_rank(bool(self.requested)):
+            self.requested = self.requested or True  # a signal may reach one rank only: all stop here
         if self.requested:
             state.stop = "interrupted"
         if self.requested or (self.every and state.step % self.every == 0):
@@ -274,9 +292,12 @@ def default_hooks(run: RunConfig) -> list[Callback]:
     hooks: list[Callback] = [Evaluator(t.eval_every)]
     if t.twin_every:
         hooks.append(Fp32Twin(t.twin_every))
+    from train.wandb_logger import WandbLogger  # it subclasses Callback: imported here, not on top
+
     hooks += [
         SpikeDetector(t.spike_window, t.spike_threshold),
         MetricsLogger(t.log_every),
+        WandbLogger(run.logger.wandb),
         Checkpointer(t.ckpt_every),
     ]
     return hooks

@@ -12,15 +12,23 @@ data position as the parent, but this run's precision), else a fresh model from 
 Optimizer: AdamW with decoupled decay on Linear matrices only (never norms, embeddings or biases);
 betas and LR schedule default to the task's (LM: (0.9, 0.95), warm-up + cosine to min_lr_frac·lr;
 proxy: (0.9, 0.999), constant). The schedule is a pure function of the step.
+
+Device and precision: the model lives on ``train.device``; with ``train.autocast=bf16`` every forward
+pass (train and eval) runs under ``torch.autocast(bf16)`` while parameters and optimizer state stay
+fp32. Multi-process (``torchrun``; see ``train.distributed``): the model is wrapped in DDP after
+``quant.convert``, the logged loss is the mean over ranks, and only rank 0 runs the hooks that write
+(those without ``all_ranks = True``) and writes the run record. Hooks may define
+``on_summary(state, summary)``, called after summary.json is written (e.g. to upload it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +37,7 @@ import torch.nn as nn
 
 import quant
 from quant import QuantPolicy
-from train import checkpoint, record
+from train import checkpoint, distributed, record
 from train.config import RunConfig, TrainConfig
 from train.tasks import Task
 
@@ -52,8 +60,20 @@ class State:
     diverged_step: int | None = None
     last_loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    row: dict[str, Any] | None = None
+    """The metrics.jsonl row written at this step, if any (set by ``MetricsLogger`` for later hooks)."""
+    train_model: nn.Module | None = None
+    """What the training forward pass calls: ``model``, or its DDP wrapper."""
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
 
     def save_checkpoint(self) -> None:
+        if not self.is_main:
+            return
         states = {_name(h): s for h in self.hooks if (s := _hook_state(h)) is not None}
         checkpoint.save(self.run.out_dir, self.step, self.model, self.optimizer, self.policy, states)
 
@@ -95,19 +115,67 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+def autocast(run: RunConfig) -> contextlib.AbstractContextManager:
+    """The forward-pass context of ``run``: bf16 autocast on its device, or nothing."""
+    if run.train.autocast == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(run.train.device).type, dtype=torch.bfloat16)
+
+
+def check_device(device: str) -> None:
+    """A one-line ValueError if ``device`` is not usable on this machine."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"train.device={device!r} but no CUDA device is available; use train.device=cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"train.device={device!r}: only {torch.cuda.device_count()} CUDA device(s)")
+
+
+@contextlib.contextmanager
+def _process_group(run: RunConfig) -> Iterator[tuple[int, int]]:
+    owned = distributed.setup(run.train.device)
+    try:
+        yield distributed.rank(), distributed.world_size()
+    finally:
+        if owned:
+            distributed.teardown()
+
+
 def train(run: RunConfig, task: Task, hooks: Sequence[Any] = (), *, overwrite: bool = False) -> dict:
     """Train ``run`` (resuming or branching as configured) and return the summary (also written
-    to ``<out_dir>/summary.json``). Hooks run in the given order; put the Checkpointer last."""
+    to ``<out_dir>/summary.json``). Hooks run in the given order; put the Checkpointer last.
+
+    Under ``torchrun`` (``WORLD_SIZE > 1``) every rank calls this with its own task (its data
+    shard); the process group is created here if it does not exist yet."""
     started = time.time()
-    record.prepare(run.out_dir, run, overwrite)
-    previous = record.read_summary(run.out_dir)
-    cfg = run.train
+    check_device(distributed.resolve_device(run.train.device))
+    with _process_group(run) as (rank, world):
+        if world > 1:
+            if run.task != "lm" or run.train.twin_every:
+                raise ValueError("multi-process training supports task=lm without the fp32 twin")
+            run.out_dir = distributed.broadcast(run.out_dir)  # e.g. a timestamp resolved per rank
+        if rank == 0:
+            record.prepare(run.out_dir, run, overwrite)
+        distributed.barrier()  # no rank looks for checkpoints while rank 0 may be clearing the folder
+        return _train(run, task, hooks, started, record.read_summary(run.out_dir))
+
+
+def _train(run: RunConfig, task: Task, hooks: Sequence[Any], started: float, previous: dict | None) -> dict:
+    cfg, rank, world = run.train, distributed.rank(), distributed.world_size()
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = task.build(cfg.seed)
     policy = run.precision.policy()
     quant.convert(model, policy)
-    ctx = State(run, task, model, make_optimizer(model, cfg, task), policy, hooks)
+    hooks = [h for h in hooks if rank == 0 or getattr(h, "all_ranks", False)]
+    opt = make_optimizer(model, cfg, task)
+    ctx = State(run, task, model, opt, policy, hooks, train_model=model, rank=rank, world_size=world)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [model_device(model).index] if model_device(model).type == "cuda" else None
+        ctx.train_model = DistributedDataParallel(model, device_ids=ids)
     try:
         for h in hooks:
             h.on_train_start(ctx)
@@ -123,8 +191,16 @@ def train(run: RunConfig, task: Task, hooks: Sequence[Any] = (), *, overwrite: b
         for h in hooks:
             h.on_train_end(ctx)
         summary = _summary(ctx, time.time() - started, previous)
-        record.write_summary(run.out_dir, summary)
+        if ctx.is_main:
+            record.write_summary(run.out_dir, summary)
+        for h in hooks:
+            if hasattr(h, "on_summary"):
+                h.on_summary(ctx, summary)
     return summary
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 def _start(ctx: State) -> None:
@@ -141,7 +217,8 @@ def _start(ctx: State) -> None:
         state = checkpoint.load(path)
         ctx.policy = ctx.run.precision_at(cfg.branch_step).policy()
     else:
-        record.truncate_metrics(out, 0)
+        if ctx.is_main:
+            record.truncate_metrics(out, 0)
         return
     checkpoint.restore(state, ctx.model, ctx.optimizer)
     quant.set_policy(ctx.model, ctx.policy)
@@ -150,7 +227,8 @@ def _start(ctx: State) -> None:
     for h in ctx.hooks:
         if _name(h) in state["hooks"]:
             h.load_state_dict(state["hooks"][_name(h)])
-    record.truncate_metrics(out, ctx.step)
+    if ctx.is_main:
+        record.truncate_metrics(out, ctx.step)
 
 
 def _loop(ctx: State) -> None:
@@ -168,9 +246,10 @@ def _loop(ctx: State) -> None:
         tic = time.perf_counter()
         ctx.batch = task.batch(step)
         opt.zero_grad(set_to_none=True)
-        loss = task.loss(model, ctx.batch)
-        value = loss.item()
-        if not math.isfinite(value):
+        with autocast(run):
+            loss = task.loss(ctx.train_model, ctx.batch)
+        value = distributed.mean(loss.detach()) if ctx.world_size > 1 else loss.item()
+        if not math.isfinite(value):  # the same verdict on every rank (the mean is shared)
             ctx.status, ctx.diverged_step = "diverged", step + 1
             return
         loss.backward()
@@ -201,6 +280,7 @@ def _summary(ctx: State, wall: float, previous: dict | None) -> dict:
         "D": ctx.step * task.tokens_per_step,
         "C": ctx.step * task.flops_per_step,
         "flops_convention": "6ND",
+        "world_size": ctx.world_size,
         "precision": dataclasses.asdict(run.precision),
         "policy_final": checkpoint.policy_to_dict(ctx.policy),
         "spike_step": None,

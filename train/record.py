@@ -9,7 +9,10 @@
 
 A run whose summary is final (``done`` or ``diverged``) is never silently overwritten: ``prepare``
 raises unless ``overwrite=True``, which clears the directory first. A run directory holding a
-different config is refused too, so a resume can never mix two configurations.
+different config is refused too, so a resume can never mix two configurations. ``NOT_IDENTITY``
+lists what a resume may change (the logger, the device, the corpus cache directory).
+
+With DDP only rank 0 writes here (``train.loop``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import torch
 from omegaconf import OmegaConf
 
 FINAL = ("done", "diverged")
+NOT_IDENTITY = ("logger", "train.device", "data.data_dir")
+"""Config keys that may differ between a run and its resume: where it logs, which device it runs on
+(e.g. cuda:0 → cuda:1 after a requeue) and where the corpus is cached."""
 
 
 def config_yaml(run: Any) -> str:
@@ -66,9 +72,21 @@ def prepare(run_dir: str | Path, run: Any, overwrite: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     text = config_yaml(run)
     cfg = out / "config.yaml"
-    if cfg.exists() and cfg.read_text() != text:
+    if cfg.exists() and _identity(cfg.read_text()) != _identity(text):
         raise ValueError(f"{out} holds a run with a different config; use another out_dir or overwrite=True")
     _atomic_write(cfg, text)
+
+
+def _identity(text: str) -> dict[str, Any]:
+    cfg = OmegaConf.to_container(OmegaConf.create(text))
+    for key in NOT_IDENTITY:
+        *parents, leaf = key.split(".")
+        node = cfg
+        for name in parents:
+            node = node.get(name) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return cfg
 
 
 def append_metrics(run_dir: str | Path, row: dict[str, Any]) -> None:

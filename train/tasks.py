@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models import LMConfig, ProxyConfig, build_lm, make_teacher_student, proxy_batch
+from train import distributed
 
 
 class TokenSource(Protocol):
@@ -145,17 +146,20 @@ class ProxyTask:
 
 def make_task(run: Any, source: TokenSource | None = None) -> Task:
     """The task of a ``RunConfig``. The LM reads ``source`` if given, else the batches of ``run.data``
-    (a ``train.data.DataConfig``, loaded with ``train.data.make_batches``)."""
+    (a ``train.data.DataConfig``, loaded with ``train.data.make_batches``; under ``torchrun`` this
+    rank's shard of every global batch)."""
     t = run.train
+    device = distributed.resolve_device(t.device)
     if run.task == "proxy":
-        return ProxyTask(run.model, t.batch_size, t.seed, t.eval_batches, t.device)
+        return ProxyTask(run.model, t.batch_size, t.seed, t.eval_batches, device)
     if source is None:
         if run.data is None:
             raise ValueError("task='lm' needs data: set run.data (a DataConfig) or pass a token source")
         from train.data import make_batches
 
-        source = make_batches(run.data, t.batch_size)
+        rank, world = distributed.rank(), distributed.world_size()
+        source = make_batches(run.data, t.batch_size, rank=rank, world_size=world)
     vocab = getattr(source, "vocab_size", None)
     if vocab is not None and vocab > run.model.vocab_size:
         raise ValueError(f"model.vocab_size={run.model.vocab_size} < the data's vocabulary {vocab}; raise it")
-    return LMTask(run.model, source, t.eval_batches, t.device)
+    return LMTask(run.model, source, t.eval_batches, device)

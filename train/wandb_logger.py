@@ -1,0 +1,150 @@
+"""Weights & Biases logging: a hook that mirrors the run record into one wandb run.
+
+What is logged (``WandbLogger``, placed after ``MetricsLogger`` in ``train.hooks.default_hooks``):
+
+* config: the fully resolved ``RunConfig`` (the same dict as ``config.yaml``);
+* history: every metrics.jsonl row, with the same keys and values, at ``step`` = the training step;
+* summary: summary.json, once it is written at the end of the run (status, losses, N, D, C, …);
+* group: ``logger.wandb.group`` (the sweep name; none by default); tags: ``task:<task>``, the
+  precision (``w:<fmt>``, ``a:<fmt>``, and the backward formats when they differ), plus
+  ``logger.wandb.tags``; name: the run directory's name.
+
+Files: wandb writes under ``<out_dir>/wandb/`` and the run id is kept in
+``<out_dir>/wandb/run_id.txt``, so a resumed run (same ``out_dir``) continues the same wandb run
+(``resume="allow"``); rows at steps wandb already has from an earlier attempt are skipped.
+
+Modes (``logger.wandb.mode``): ``online``; ``offline`` (nothing leaves the machine: compute nodes often
+have no internet); ``disabled`` (wandb is not imported at all; what the test suite uses); ``auto``
+(default): ``$WANDB_MODE`` if set, else ``online`` when an API key is configured (``WANDB_API_KEY``,
+or a ``~/.netrc``/``$NETRC`` entry for the wandb host as ``wandb login`` writes), else ``offline``.
+Upload offline runs later from a machine with internet access::
+
+    wandb sync <out_dir>/wandb/offline-run-*        # one run (every attempt of it)
+    wandb sync --sync-all                           # everything under ./wandb
+    wandb sync -p <project> -e <entity> <dir>       # into another project/entity
+
+Under DDP only rank 0 logs. A resume may change ``logger.*`` (e.g. offline → online): the logger
+section is not part of a run's identity (``train.record``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import netrc
+import os
+import secrets
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from train import record
+from train.config import RunConfig, WandbConfig
+from train.hooks import Callback
+from train.loop import State
+
+_ENV_MODES = {
+    "online": "online",
+    "run": "online",
+    "offline": "offline",
+    "dryrun": "offline",
+    "disabled": "disabled",
+}
+ID_FILE = "run_id.txt"
+
+
+def api_key_configured(env: Mapping[str, str] | None = None) -> bool:
+    """Whether wandb would find an API key: ``WANDB_API_KEY`` or a netrc entry for the wandb host."""
+    env = os.environ if env is None else env
+    if env.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    path = env.get("NETRC") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_mode(mode: str, env: Mapping[str, str] | None = None) -> str:
+    """The wandb mode ``mode`` stands for: itself, or for ``auto`` see the module docstring."""
+    if mode != "auto":
+        return mode
+    env = os.environ if env is None else env
+    from_env = _ENV_MODES.get(env.get("WANDB_MODE", "").strip().lower())
+    if from_env is not None:
+        return from_env
+    return "online" if api_key_configured(env) else "offline"
+
+
+def precision_tags(run: RunConfig) -> list[str]:
+    """``task:<task>``, ``w:<fmt>``, ``a:<fmt>`` and the backward formats that differ from forward."""
+    p = run.precision
+    tags = [f"task:{run.task}", f"w:{p.w}", f"a:{p.a}"]
+    for role, value, default in (
+        ("w_bwd", p.w_bwd, p.w),
+        ("a_bwd", p.a_bwd, p.a),
+        ("g_dgrad", p.g_dgrad, None),
+        ("g_wgrad", p.g_wgrad, None),
+    ):
+        if value is not None and value != default:
+            tags.append(f"{role}:{value}")
+    if p.block_size != 32:
+        tags.append(f"block:{p.block_size}")
+    if not p.quantize_backward:
+        tags.append("forward-only")
+    return tags
+
+
+def run_id(out_dir: str | Path) -> str:
+    """The wandb run id of ``out_dir``: the stored one, or a new one (then stored)."""
+    path = Path(out_dir) / "wandb" / ID_FILE
+    if path.exists():
+        return path.read_text().strip()
+    new = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))  # wandb's shape
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new + "\n")
+    return new
+
+
+class WandbLogger(Callback):
+    """Mirrors config, metrics.jsonl rows and summary.json into one wandb run (see the module doc)."""
+
+    def __init__(self, cfg: WandbConfig):
+        self.cfg, self.run, self.first_step = cfg, None, 0
+        self.mode: str | None = None
+
+    def on_train_start(self, state: State) -> None:
+        self.mode = resolve_mode(self.cfg.mode)
+        if self.mode == "disabled":
+            return
+        import wandb
+
+        run, out = state.run, Path(state.run.out_dir)
+        self.run = wandb.init(
+            project=self.cfg.project,
+            entity=self.cfg.entity,
+            group=self.cfg.group,
+            tags=list(dict.fromkeys([*precision_tags(run), *self.cfg.tags])),
+            config=record._plain(dataclasses.asdict(run)),
+            name=out.name,
+            dir=str(out),
+            id=run_id(out),
+            resume="allow",
+            mode=self.mode,
+            reinit="finish_previous",
+        )
+        self.first_step = self.run.step  # > 0 when resuming a run wandb already has rows of
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        row = state.row
+        if self.run is not None and row is not None and row["step"] >= self.first_step:
+            self.run.log(row, step=row["step"])
+
+    def on_summary(self, state: State, summary: dict[str, Any]) -> None:
+        if self.run is None:
+            return
+        self.run.summary.update(record._plain(summary))
+        self.run.finish(exit_code=1 if summary["status"] == "failed" else 0)
+        self.run = None
