@@ -25,7 +25,7 @@ from train.wandb_logger import WandbLogger, api_key_configured, precision_tags, 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wandb_reader import offline_runs, read_run  # noqa: E402
 
-pytest.importorskip("wandb")
+wandb = pytest.importorskip("wandb")
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,11 @@ def proxy_run(out: Path, mode: str = "offline", **train_kw) -> RunConfig:
 
 
 def run(cfg: RunConfig, extra: tuple = ()) -> dict:
-    return train(cfg, make_task(cfg), [*extra, *default_hooks(cfg)])
+    summary = train(cfg, make_task(cfg), [*extra, *default_hooks(cfg)])
+    # run.finish() returns before wandb's service process has closed the .wandb file; teardown
+    # stops that process, so the file is complete when the test reads it
+    wandb.teardown()
+    return summary
 
 
 def assert_history_is_the_record(history: list[dict], rows: list[dict]) -> None:
