@@ -134,7 +134,7 @@ def test_lm_init_std_and_truncation():
             f"blocks.{i}.attn.qkv.weight": 1 / math.sqrt(d),
             f"blocks.{i}.attn.out.weight": res / math.sqrt(d),
             f"blocks.{i}.mlp.up.weight": 1 / math.sqrt(d),
-            f"blocks.{i}.mlp.down.weight": res / math.sqrt(4 * d),  # fan-in of down is 4d (OLMo)
+            f"blocks.{i}.mlp.down.weight": res / math.sqrt(4 * d),  # fan-in 4d (OLMo), not 1/√d
         }
     params = dict(model.named_parameters())
     for name, sigma in expected.items():
