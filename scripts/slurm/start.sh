@@ -67,7 +67,7 @@ if [[ ! -s $MUNGE_DIR/munge.key ]]; then
   chown munge:munge "$MUNGE_DIR/munge.key"
   chmod 0600 "$MUNGE_DIR/munge.key"
 fi
-if ! alive munged && ! munge_ok; then
+if ! alive munged && { [[ ! -S /run/munge/munge.socket.2 ]] || ! munge_ok; }; then  # probe: a stale socket costs ~5 s
   runuser -u munge -- /usr/sbin/munged --key-file="$MUNGE_DIR/munge.key" \
     --pid-file="$MUNGE_DIR/munged.pid" --log-file="$MUNGE_DIR/munged.log" \
     --seed-file="$MUNGE_DIR/munged.seed" </dev/null >>"$LOG/munged.out" 2>&1 9>&-
