@@ -1,0 +1,173 @@
+"""Sweep schemas: ``BudgetConfig`` (conf/budget/), ``SweepConfig`` (the ``sweep`` section) and
+``LaunchConfig``, the root of ``conf/``: one run's ``RunConfig`` plus these two sweep-only sections.
+
+Only the ``RunConfig`` part of the root is a run: ``to_run_config`` drops ``budget``, ``sweep`` (and
+``study``) before building it, so they never reach a run record or a run's identity. The sweep axes:
+
+* precision: ``sweep.w × sweep.a`` (every pair) followed by the named recipes in ``sweep.precisions``
+  (each a partial ``precision`` section plus an optional ``name``); neither: the base precision;
+* budget × shape: ``budget.flops`` × the ladder (``budget.depths``, ``budget.ladder``) through
+  ``sweeper.budget.plan``; a ladder without budgets sweeps shapes at the base ``train.steps``;
+* seeds: ``sweep.seeds`` (``train.seed``, and ``data.seed`` for the LM);
+* anything else: ordinary Hydra sweep overrides (``train.lr=1e-3,3e-3`` or ``hydra.sweeper.params``);
+* branches (second phase): every first-phase run is branched from its checkpoint at
+  ``sweep.branch_step`` once per entry of ``sweep.branches`` (precision changes plus a ``name``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from train.config import PrecisionConfig, RunConfig
+
+RERUN = ("none", "failed", "all")
+SWEEP_ONLY = ("budget", "sweep", "study")
+"""Root keys that are not part of a run."""
+
+
+@dataclass
+class BudgetConfig:
+    """Compute budgets and the model ladder they are spread over (``sweeper.budget``)."""
+
+    flops: list[float] = field(default_factory=list)
+    """Compute budgets C in FLOPs (C = 6·N·D). Empty (and no ``geomspace``): no budget axis."""
+    geomspace: list[float] = field(default_factory=list)
+    """``[start, stop, num]``: ``numpy.geomspace`` budgets, listed before ``flops``."""
+    depths: list[int] = field(default_factory=list)
+    """Ladder shorthand: one shape ``{depth: L}`` per entry (the LM's width is then 64·L)."""
+    ladder: list[dict[str, Any]] = field(default_factory=list)
+    """Ladder shapes as ``model`` fields, e.g. ``{depth: 2, d_model: 96, n_heads: 2}``; after ``depths``."""
+    ratio_min: float = 2.0
+    """Keep (C, shape) pairs with ratio_min < D/N < ratio_max (tokens per parameter)."""
+    ratio_max: float = 200.0
+    warmup_frac: float = 0.2
+    """Warm-up fraction of each budget run (sets ``train.warmup_frac``)."""
+    evals: int = 10
+    """Evaluations per budget run: ``train.eval_every = steps // evals``."""
+
+    @property
+    def budgets(self) -> list[float]:
+        if self.geomspace and len(self.geomspace) != 3:
+            raise ValueError(f"budget.geomspace={list(self.geomspace)} must be [start, stop, num]")
+        from sweeper.budget import geomspace
+
+        head = geomspace(*self.geomspace) if self.geomspace else []
+        return head + [float(c) for c in self.flops]
+
+    @property
+    def shapes(self) -> list[dict[str, Any]]:
+        return [{"depth": int(d)} for d in self.depths] + [dict(s) for s in self.ladder]
+
+
+@dataclass
+class SweepConfig:
+    """What ``python launch.py -m ...`` expands, and how (the ``mxsweep`` Hydra sweeper)."""
+
+    name: str = "multirun"
+    """The sweep's directory under ``outputs/sweeps/`` (``hydra.sweep.dir``); experiments set it."""
+    dry_run: bool = False
+    """Print the table of runs and the count; submit nothing, write nothing."""
+    rerun: str = "none"
+    """Runs whose record says done or diverged are skipped, and so are failed ones unless ``failed``;
+    ``all`` clears and reruns everything."""
+    w: list[str] = field(default_factory=list)
+    """Weight formats; with ``a``: every (w, a) pair."""
+    a: list[str] = field(default_factory=list)
+    precisions: list[dict[str, Any]] = field(default_factory=list)
+    """Named recipes, each ``{name: ..., <precision fields>}`` on top of the base precision."""
+    seeds: list[int] = field(default_factory=list)
+    """Seeds (train.seed, and data.seed for the LM); empty: the base seed only."""
+    branch_step: int | None = None
+    """Second phase: branch every first-phase run from its checkpoint at this step ..."""
+    branches: list[dict[str, Any]] = field(default_factory=list)
+    """... once per entry, ``{name: ..., <precision fields to change>}``."""
+    throughput: float = 2.0e9
+    """FLOP/s (6·N·D per second) assumed by the dry run's time estimate (per run, one job)."""
+    progress: bool = True
+    """A progress bar while the launched runs are running (local launchers)."""
+    run_id: str | None = None
+    """Set by the sweeper on every job it launches; the job checks its own config hashes to it."""
+
+
+@dataclass
+class LaunchConfig(RunConfig):
+    """The root config of ``conf/``: a ``RunConfig`` and the sweep-only sections."""
+
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    study: Any = None
+    """Keyword arguments of a non-training task (``task=block_size_study``)."""
+
+    def __post_init__(self):  # a schema only: runs are built by to_run_config
+        pass
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """The typed, validated run of a composed config; ``ValueError`` (one line) on bad input."""
+    from train.data import DataConfig
+
+    try:
+        names = [f.name for f in dataclasses.fields(RunConfig) if f.name in cfg]
+        plain = {k: _plain(cfg, k) for k in names}
+        run: RunConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), plain))
+        if run.task == "lm":
+            data = run.data if isinstance(run.data, dict) else {}
+            run.data = DataConfig(**data)
+        else:
+            run.data = None
+        return run
+    except TypeError as e:  # e.g. an unknown key added with +model.foo=1
+        raise ValueError(str(e).split("\n")[0]) from None
+    except Exception as e:  # OmegaConf validation errors carry the full key path in their first line
+        if isinstance(e, ValueError) and "\n" not in str(e):
+            raise
+        raise ValueError(str(e).strip().split("\n")[0]) from None
+
+
+def _plain(cfg: DictConfig, key: str) -> Any:
+    node = cfg._get_node(key)
+    if OmegaConf.is_config(node):
+        return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+    return getattr(cfg, key)
+
+
+def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
+    """The typed ``sweep`` and ``budget`` sections of a composed config (validated)."""
+    sweep: SweepConfig = OmegaConf.to_object(cfg.sweep)
+    budget: BudgetConfig = OmegaConf.to_object(cfg.budget)
+    if sweep.rerun not in RERUN:
+        raise ValueError(f"sweep.rerun={sweep.rerun!r} is unknown; use one of: {', '.join(RERUN)}")
+    if bool(sweep.w) != bool(sweep.a):
+        raise ValueError("sweep.w and sweep.a go together (every w × a pair); set both or neither")
+    if not sweep.throughput > 0:
+        raise ValueError(f"sweep.throughput={sweep.throughput} must be > 0 (FLOP/s)")
+    if sweep.branches and sweep.branch_step is None:
+        raise ValueError("sweep.branches needs sweep.branch_step (the parent checkpoint step)")
+    for key, entries in (("sweep.precisions", sweep.precisions), ("sweep.branches", sweep.branches)):
+        precision_changes(key, entries)
+    from sweeper.budget import check_window
+
+    check_window(budget.ratio_min, budget.ratio_max)
+    budget.budgets  # noqa: B018 -- validates geomspace
+    return sweep, budget
+
+
+PRECISION_FIELDS = tuple(f.name for f in dataclasses.fields(PrecisionConfig))
+
+
+def precision_changes(key: str, entries: list[dict[str, Any]]) -> list[tuple[str | None, dict[str, Any]]]:
+    """``(name, {precision field: value})`` per entry; unknown fields fail with the field list."""
+    out = []
+    for i, entry in enumerate(entries):
+        entry = dict(entry)
+        name = entry.pop("name", None)
+        unknown = sorted(set(entry) - set(PRECISION_FIELDS))
+        if unknown:
+            valid = ", ".join(PRECISION_FIELDS)
+            raise ValueError(f"{key}[{i}] has unknown field(s) {unknown}; precision fields are: {valid}")
+        out.append((None if name is None else str(name), entry))
+    return out

@@ -1,0 +1,264 @@
+"""Running a planned sweep: decide what to skip, preview it (dry run), write the manifest, launch the
+phases through whatever launches jobs (a Hydra launcher, in the plugin), watch progress, report.
+
+Skip rule (``sweep.rerun``): a run whose record says done or diverged is skipped unless
+``rerun=all``; failed unless ``rerun`` is ``failed`` or ``all``; a run whose job is alive (fresh
+heartbeat) is always skipped. Everything else — never started, interrupted, killed — is launched
+and resumes from its last checkpoint. ``rerun=all`` clears a finished run's directory first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweeper.grid import PlannedRun, SweepError
+from sweeper.status import STATUSES, counts_line, read_summary, run_status, write_manifest
+from sweeper.table import duration, format_table, num, sci
+
+
+@dataclass
+class Decision:
+    planned: PlannedRun
+    status: str
+    """The run's status before this launch."""
+    launch: bool
+
+
+@dataclass
+class Sweep:
+    """What one ``python launch.py -m ...`` asked for."""
+
+    name: str
+    sweep_dir: Path
+    phases: list[list[PlannedRun]]
+    rerun: str = "none"
+    throughput: float = 2.0e9
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> list[PlannedRun]:
+        return [p for phase in self.phases for p in phase]
+
+
+def decide(runs: Sequence[PlannedRun], rerun: str) -> list[Decision]:
+    out = []
+    for p in runs:
+        status = run_status(p.out_dir)
+        if status == "running":
+            launch = False
+        elif status in ("done", "diverged"):
+            launch = rerun == "all"
+        elif status == "failed":
+            launch = rerun in ("failed", "all")
+        else:
+            launch = True
+        out.append(Decision(p, status, launch))
+    return out
+
+
+def check_unique(runs: Sequence[PlannedRun]) -> None:
+    seen: dict[str, PlannedRun] = {}
+    for p in runs:
+        if p.run_id in seen:
+            a, b = " ".join(seen[p.run_id].combo), " ".join(p.combo)
+            raise SweepError(
+                f"two runs of this sweep have the same training config (id {p.run_id}: [{a}] and [{b}]); "
+                "sweep only over keys that change the run"
+            )
+        seen[p.run_id] = p
+
+
+def table(decisions: Sequence[Decision], throughput: float) -> str:
+    headers = ["#", "ph", "precision", "C", "d", "L", "N", "D", "D/N", "steps", "seed", "params", "cost",
+               "time", "status", "run"]  # fmt: skip
+    rows = []
+    for i, d in enumerate(decisions):
+        c = d.planned.coords
+        action = d.status if d.launch else f"skip:{d.status}"
+        rows.append(
+            [
+                i,
+                d.planned.phase,
+                c["precision"],
+                sci(c["C"]),
+                c["d"],
+                c["L"],
+                num(c["N"]),
+                num(c["D"]),
+                f"{c['ratio']:.3g}",
+                c["steps"],
+                c["seed"],
+                c["params"] or "-",
+                sci(c["cost"]),
+                duration(c["cost"] / throughput),
+                action,
+                d.planned.name,
+            ]  # fmt: skip
+        )
+    return format_table(headers, rows, left=("precision", "params", "status", "run"))
+
+
+def summary_line(decisions: Sequence[Decision], throughput: float) -> str:
+    todo = [d for d in decisions if d.launch]
+    cost = sum(d.planned.coords["cost"] for d in todo)
+    return (
+        f"{len(decisions)} runs asked, {len(decisions) - len(todo)} skipped, {len(todo)} to launch: "
+        f"{sci(cost)} FLOPs (6·N·D) ≈ {duration(cost / throughput)} at {num(throughput)} FLOP/s per job "
+        "(sweep.throughput)"
+    )
+
+
+def dry_run(sweep: Sweep, out=sys.stdout) -> list[Decision]:
+    decisions = decide(sweep.runs, sweep.rerun)
+    print(table(decisions, sweep.throughput), file=out)
+    print(f"dry run of sweep {sweep.name} in {sweep.sweep_dir}: " + summary_line(decisions, sweep.throughput),
+          file=out)  # fmt: skip
+    return decisions
+
+
+def _manifest(sweep: Sweep, decisions: Sequence[Decision], outcome: dict[str, str] | None) -> dict[str, Any]:
+    runs = [
+        {
+            "id": d.planned.run_id,
+            "name": d.planned.name,
+            "phase": d.planned.phase,
+            "action": "launch" if d.launch else "skip",
+            "status_before": d.status,
+            "status_after": (outcome or {}).get(d.planned.name),
+            "coords": d.planned.coords,
+            "overrides": d.planned.overrides,
+        }
+        for d in decisions
+    ]
+    launched = [r["name"] for r in runs if r["action"] == "launch"]
+    skipped = {r["name"]: r["status_before"] for r in runs if r["action"] == "skip"}
+    return {
+        "name": sweep.name,
+        "sweep_dir": str(sweep.sweep_dir),
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **sweep.meta,
+        "rerun": sweep.rerun,
+        "counts": {"asked": len(runs), "skipped": len(skipped), "launched": len(launched)},
+        "asked": [r["name"] for r in runs],
+        "skipped": skipped,
+        "launched": launched,
+        "runs": runs,
+    }
+
+
+class Progress:
+    """A tqdm bar over the launched runs, fed by polling their run directories (works for any
+    launcher: in-process, local processes or a cluster on a shared filesystem)."""
+
+    def __init__(self, runs: Sequence[PlannedRun], enabled: bool, every: float = 1.0):
+        self.runs, self.every, self.stop = list(runs), every, threading.Event()
+        self.before = {p.name: _mtime(p.out_dir / "summary.json") for p in self.runs}
+        self.bar, self.thread = None, None
+        if enabled and self.runs:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=len(self.runs), desc="runs", unit="run", file=sys.stderr, leave=True)
+            self.thread = threading.Thread(target=self._poll, name="mxsweep-progress", daemon=True)
+            self.thread.start()
+
+    def _finished(self) -> dict[str, int]:
+        done: dict[str, int] = {}
+        for p in self.runs:
+            if _mtime(p.out_dir / "summary.json") != self.before[p.name]:
+                status = (read_summary(p.out_dir) or {}).get("status")
+                if status in ("done", "diverged", "failed"):
+                    done[status] = done.get(status, 0) + 1
+        return done
+
+    def _poll(self) -> None:
+        while not self.stop.wait(self.every):
+            self._update()
+
+    def _update(self) -> None:
+        done = self._finished()
+        if sum(done.values()) != self.bar.n or sys.stderr.isatty():  # a log file gets one line per run
+            self.bar.n = sum(done.values())
+            self.bar.set_postfix(done, refresh=False)
+            self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.stop.set()
+            self.thread.join()
+            self._update()
+            self.bar.close()
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bool = True) -> dict[str, str]:
+    """Launch every phase (waiting for each), keep the manifest current; return name → final status.
+    Raises ``SweepError`` at the end if a launched run did not finish (done or diverged)."""
+    decisions = decide(sweep.runs, sweep.rerun)
+    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None))
+    print(
+        f"sweep {sweep.name} in {sweep.sweep_dir}: " + summary_line(decisions, sweep.throughput), flush=True
+    )
+    by_name = {d.planned.name: d for d in decisions}
+    for phase in sweep.phases:
+        todo = [p for p in phase if by_name[p.name].launch]
+        todo = [p for p in todo if _parent_ready(p, by_name)]
+        for p in todo:
+            if sweep.rerun == "all" and p.out_dir.exists():
+                shutil.rmtree(p.out_dir)
+        if not todo:
+            continue
+        bar = Progress(todo, progress)
+        try:
+            launch([p.overrides for p in todo])
+        except Exception as e:  # a launcher that raises on a failed job: the records tell the rest
+            print(f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                  file=sys.stderr)  # fmt: skip
+        finally:
+            bar.close()
+    outcome = {d.planned.name: run_status(d.planned.out_dir) for d in decisions}
+    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, outcome))
+    counts = {s: sum(1 for v in outcome.values() if v == s) for s in STATUSES}
+    print(counts_line(counts))
+    bad = [d for d in decisions if d.launch and outcome[d.planned.name] not in ("done", "diverged")]
+    if bad:
+        rows = [[d.planned.name, outcome[d.planned.name], _error(d.planned)] for d in bad]
+        print(
+            format_table(["run", "status", "error"], rows, left=("run", "status", "error")), file=sys.stderr
+        )
+        raise SweepError(
+            f"{len(bad)} of {sum(d.launch for d in decisions)} launched runs did not finish "
+            f"(logs: <run>/launch.log in {sweep.sweep_dir}); relaunch the same command to resume them "
+            "(failed ones need sweep.rerun=failed)"
+        )
+    return outcome
+
+
+def _parent_ready(p: PlannedRun, by_name: dict[str, Decision]) -> bool:
+    """A branch needs its parent's checkpoint at the branch step (the parent may have diverged)."""
+    if p.parent is None:
+        return True
+    from train.checkpoint import path_for
+
+    ready = path_for(p.parent.out_dir, p.run.train.branch_step).exists()
+    if not ready:
+        by_name[p.name].launch = False
+        by_name[p.name].status = f"blocked (no checkpoint at step {p.run.train.branch_step} in parent)"
+    return ready
+
+
+def _error(p: PlannedRun) -> str:
+    summary = read_summary(p.out_dir) or {}
+    return str(summary.get("error") or "-")[:100]
