@@ -192,6 +192,8 @@ def test_smoke_sweep_lands_every_record(smoke_sweep):
         assert (run / "config.yaml").exists()
     manifest = json.loads((sweep_dir / "manifest.json").read_text())
     assert manifest["counts"]["launched"] == 4, manifest["counts"]
+    status = _run([sys.executable, "launch.py", "--status", str(sweep_dir)], cwd=REPO, env=_env())
+    assert status.returncode == 0 and re.search(r"\bdone 4\b", status.stdout), status.stdout + status.stderr
 
 
 def test_relaunching_the_finished_sweep_submits_nothing(smoke_sweep):
