@@ -122,9 +122,25 @@ class ChinchillaFit:
     def d_opt(self, C: Any) -> np.ndarray:
         return np.asarray(C, dtype=float) / (6 * self.n_opt(C))
 
+    def caveats(self) -> list[str]:
+        """Reasons to distrust the coefficients: an exponent at its bound, E driven to ~0, or a bootstrap
+        interval of α or β wider than a factor 2 (the data do not pin the law down)."""
+        out = []
+        for p in ("alpha", "beta"):
+            v = getattr(self, p)
+            if v <= _EXP_BOUNDS[0] * 1.5 or v >= _EXP_BOUNDS[1] * 0.99:
+                out.append(f"{p} at its bound")
+            lo, hi = self.ci.get(p, (np.nan, np.nan))
+            if lo > 0 and hi / lo > 2:
+                out.append(f"{p} interval spans ×{hi / lo:.3g}")
+        if self.E < 1e-9:
+            out.append("E → 0")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["ci"] = {k: list(v) for k, v in self.ci.items()}
+        d["caveats"] = self.caveats()
         return d
 
 

@@ -31,7 +31,7 @@ GRAD_NORM_CLIP = 20.0
 def save(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fig.savefig(path, dpi=dpi)  # constrained layout already fits everything; "tight" would draw twice
     return path
 
 
@@ -216,8 +216,10 @@ def isoflop_curves(
         for r in minima[minima[by] == label].itertuples():
             pts = df[(df[by] == label) & (df["budget"] == r.budget)].dropna(subset=[loss])
             pts = pts[pts["status"] == "done"]
+            bad = pts["unstable"].astype(bool) if "unstable" in pts else pd.Series(False, index=pts.index)
             col = cmap(norm(r.budget) * 0.85)
-            ax.scatter(pts["N"], pts[loss], s=12, color=col, zorder=3)
+            ax.scatter(pts.loc[~bad, "N"], pts.loc[~bad, loss], s=12, color=col, zorder=3)
+            ax.scatter(pts.loc[bad, "N"], pts.loc[bad, loss], s=20, color=col, marker="x", zorder=3)
             x = np.linspace(np.log10(pts["N"].min()) - 0.1, np.log10(pts["N"].max()) + 0.1, 60)
             ax.plot(10**x, r.c2 * x * x + r.c1 * x + r.c0, color=col, lw=1, label=sci(r.budget))
             if np.isfinite(r.N_opt):
@@ -239,7 +241,10 @@ def isoflop_curves(
     if not groups:
         axes.flat[0].text(0.5, 0.5, "no budget has runs at >= 3 sizes", ha="center", va="center")
     _hide_unused(axes, max(1, len(groups)))
-    fig.suptitle("IsoFLOP curves: parabola in log N per budget (★ = minimum, hollow = outside the sizes run)")
+    fig.suptitle(
+        "IsoFLOP curves: parabola in log N per budget (★ minimum, hollow: outside the sizes run; "
+        "× unstable run, not fitted)"
+    )
     return fig
 
 

@@ -129,6 +129,7 @@ class _Report:
                     **{p: _with_ci(getattr(f, p), f.ci.get(p)) for p in ("E", "A", "B", "alpha", "beta")},
                     "R²": f"{f.r2:.4f}",
                     f"N_opt({instability.sci(c_max)})": instability.si(float(f.n_opt(c_max))),
+                    "caveats": "; ".join(f.caveats()) or "–",
                 }
             )
         if rows:

@@ -26,6 +26,7 @@ from analysis.collect import (
     curves,
     export,
     group_budgets,
+    load_yaml,
     precision_fields,
 )
 
@@ -41,17 +42,21 @@ def law(N, D, E, A, B, alpha, beta):
 
 @functools.cache
 def _config_template(w: str, a: str, fwd_only: bool) -> str:
-    """config.yaml as record.config_yaml writes it (placeholders for the per-run values)."""
-    precision = {**PRECISION_DEFAULTS, "w": w, "a": a, "quantize_backward": not fwd_only}
-    config = {
-        "task": "lm",
-        "model": {"depth": 4, "vocab_size": 256, "d_model": None, "n_heads": None, "mlp": "gelu"},
-        "precision": precision,
-        "train": {"steps": -12345, "batch_size": 32, "lr": 0.003, "schedule": [], "seed": -54321},
-        "data": {"source": "synthetic", "seq_len": 128},
-        "out_dir": "__OUT__",
-    }
-    return yaml.safe_dump(config, sort_keys=False)
+    """config.yaml exactly as train.record writes it for an LM run (placeholders for per-run values)."""
+    from models import LMConfig
+    from train import record
+    from train.config import PrecisionConfig, RunConfig, TrainConfig
+    from train.data import DataConfig
+
+    run = RunConfig(
+        task="lm",
+        model=LMConfig(depth=4, vocab_size=256),
+        precision=PrecisionConfig(w=w, a=a, quantize_backward=not fwd_only),
+        train=TrainConfig(steps=12345, batch_size=32, lr=0.003, seed=54321),
+        data=DataConfig(source="synthetic", seq_len=128),
+        out_dir="__OUT__",
+    )
+    return record.config_yaml(run)
 
 
 def write_run(
@@ -76,7 +81,9 @@ def write_run(
     step = steps if status != "diverged" else max(1, int(0.6 * steps))
     precision = {**PRECISION_DEFAULTS, "w": w, "a": a, "quantize_backward": not fwd_only}
     text = _config_template(w, a, fwd_only).replace("__OUT__", str(run_dir))
-    (run_dir / "config.yaml").write_text(text.replace("-12345", str(steps)).replace("-54321", str(seed)))
+    (run_dir / "config.yaml").write_text(
+        text.replace(" 12345\n", f" {steps}\n").replace(" 54321\n", f" {seed}\n")
+    )
     diverged = status == "diverged"
     summary = {
         "status": status,
@@ -205,6 +212,19 @@ def test_precision_fields_resolve_backward_roles_and_label():
     assert f["fwd_only"] and f["w_bwd"] == f["g_wgrad"] == "fp32"
     assert f["precision"] == "fp8_e4m3/fp8_e4m3 fwd-only bs=16"
     assert precision_fields(None)["precision"] == "fp32/fp32"
+
+
+def test_fast_yaml_loader_matches_safe_load():
+    texts = [p.read_text() for p in Path(__file__).parents[1].glob("conf/**/*.yaml")]
+    texts.append(
+        "a: 'quoted: 1'\nb: '0.5'\nc: 1.0e-08\nd: 1e-08\ne: .inf\nf: [1, two, {x: null}]\ng: ~\nh: yes\n"
+        "i: 0x1F\nj: 2026-01-01\nk: !!str 12\nl: []\nm: {}\nn:\n  - a: 1\n    b: [2]\no: &x 3\np: *x\n"
+    )
+    texts += ["", "3", "- 1\n- [2, 3]\n", "<<: {a: 1}\nb: 2\n"]
+    for text in texts:
+        assert load_yaml(text) == yaml.safe_load(text), text
+    with pytest.raises(yaml.YAMLError):
+        load_yaml("a: [1\n")
 
 
 def test_collect_reads_real_run_records(tmp_path):
@@ -336,8 +356,21 @@ def test_export_writes_parquet_and_csv(tmp_path):
 def test_group_budgets_merges_values_within_ten_percent():
     C = [1e15, 1.04e15, 0.97e15, 3e15, 3.1e15, np.nan, 1e17]
     out = group_budgets(C)
-    assert out[0] == out[1] == out[2] == pytest.approx(1e15) and out[3] == out[4] == pytest.approx(3.05e15)
+    assert out[0] == out[1] == out[2] == pytest.approx(1.04e15) and out[3] == out[4]
     assert np.isnan(out[5]) and out[6] == pytest.approx(1e17)
+    assert out[3] == pytest.approx(3.1e15)  # labelled by the largest: steps round down from the budget
+
+
+def test_sweeper_manifest_gives_nominal_budgets_and_coordinates(tmp_path):
+    runs = []
+    for i, (N, C) in enumerate([(1e6, 1e15), (2e6, 1e15), (1e6, 3e15)]):
+        name = f"bf16_C{C:.0e}_n{i}"
+        write_run(tmp_path / name, N=N, D=0.8 * C / (6 * N), loss=3.0)  # steps rounded down: C·0.8 spent
+        runs.append({"name": name, "coords": {"precision": "bf16", "C": C, "seed": 0, "params": "lr=0.01"}})
+    (tmp_path / "manifest.json").write_text(json.dumps({"name": "s", "runs": runs}))
+    df = collect(tmp_path).set_index("run")
+    assert df.loc["bf16_C1e+15_n1", "budget"] == 1e15 and df.loc["bf16_C3e+15_n2", "budget"] == 3e15
+    assert df.loc["bf16_C1e+15_n1", "sweep.params"] == "lr=0.01" and (df["sweep.seed"] == 0).all()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -378,6 +411,7 @@ def test_fit_recovers_a_known_law():
         lo, hi = f.ci[p]
         assert lo <= true[p] <= hi and lo < getattr(f, p) < hi, (p, f.ci[p])
     assert elapsed < 15, elapsed
+    assert f.caveats() == []
     # Compute-optimal allocation matches the law's closed form.
     C = 1e20
     a, b = true["alpha"], true["beta"]
@@ -587,7 +621,7 @@ def test_report_end_to_end(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RecordWarning)  # the report records them; none may escape
-        assert main(["report", str(sweep), "--bootstrap", "20"]) == 0
+        assert main(["report", str(sweep), "--bootstrap", "10"]) == 0
     report = (sweep / "report.md").read_text()
     results = pd.read_parquet(sweep / "results.parquet")
     assert len(results) == info["n_runs"] and "blocksize_study" not in set(results["run"])
