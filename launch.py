@@ -1,64 +1,147 @@
-"""The one entry point: ``python launch.py [overrides]`` trains one run from the Hydra configs in conf/.
+"""The one entry point: ``python launch.py [overrides]`` trains one run; ``-m`` runs a sweep of them.
 
     python launch.py                                   # a small byte-level LM on litmix
     python launch.py task=proxy                        # the residual-MLP proxy with its fp32 twin
     python launch.py precision.w=fp8_e4m3 precision.a=bf16 model.depth=2 train.steps=200
+    python launch.py -m experiment=precision_grid      # a whole study (conf/experiment/), resumable
+    python launch.py -m experiment=paper_llm sweep.dry_run=true   # preview: table + count, no jobs
+    python launch.py --status outputs/sweeps/precision_grid       # counts by status and a table
 
-Hydra lives here only: the composed config becomes typed dataclasses once (``OmegaConf.to_object``,
-which runs every ``__post_init__``), and everything below receives those. Bad input (unknown format,
-block size < 1, depth < 1, steps < 1 …) is reported as one line on stderr with exit status 2 before
-any work starts.
+Hydra lives here (and in the sweeper plugin): the composed config becomes typed dataclasses once
+(``sweeper.config.to_run_config``, which runs every ``__post_init__``), and everything below receives
+those. Bad input (unknown format, block size < 1, an unknown key, a budget ≤ 0 …) is one line on
+stderr with exit status 2, before any work starts (for a sweep: before any job or run directory).
+
+A sweep job is one call of ``main`` with the overrides the sweeper chose (``sweeper.grid``): it checks
+that its config hashes to the identity the sweeper planned, is a no-op when its run directory already
+holds a finished record, resumes from the run's last checkpoint otherwise, and hands a preemption or
+time-out signal back to submitit so the job is requeued (``sweeper.job``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from sweeper.config import LaunchConfig, to_run_config
 from train.config import RunConfig
-from train.data import DataConfig
 
-ConfigStore.instance().store(name="run_schema", node=RunConfig)
+ConfigStore.instance().store(name="run_schema", node=LaunchConfig)
 
 
 def build_run(cfg: DictConfig) -> RunConfig:
     """The typed run of a composed config; raises ValueError with a one-line message on bad input."""
-    try:
-        run: RunConfig = OmegaConf.to_object(cfg)
-        if run.task == "lm":
-            data = run.data if isinstance(run.data, dict) else {}
-            run.data = DataConfig(**data)
-        else:
-            run.data = None
-        return run
-    except TypeError as e:  # e.g. an unknown key added with +model.foo=1
-        raise ValueError(str(e).split("\n")[0]) from None
-    except Exception as e:  # OmegaConf validation errors carry the full key path in their first line
-        if isinstance(e, ValueError) and "\n" not in str(e):
-            raise
-        raise ValueError(str(e).strip().split("\n")[0]) from None
+    return to_run_config(cfg)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict | None:
+    if cfg.task == "block_size_study":
+        return run_study(cfg)
     try:
         run = build_run(cfg)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    from sweeper import job
+    from sweeper.identity import run_id
     from train.hooks import default_hooks
     from train.loop import train
     from train.tasks import make_task
 
-    summary = train(run, make_task(run), default_hooks(run))
+    planned = cfg.sweep.run_id
+    if planned is not None and run_id(run) != planned:
+        msg = f"this job's config hashes to {run_id(run)}, the sweep planned {planned}"
+        print(f"error: {msg}; the job's overrides do not reproduce the planned run (a bug)", file=sys.stderr)
+        sys.exit(2)
+    summary = job.finished(run)
+    if summary is None:
+        with job.running(run.out_dir):
+            hooks = default_hooks(run)
+            summary = train(run, make_task(run), hooks)
+        signum = job.requested_signal(hooks) if summary["status"] == "interrupted" else None
+        if signum is not None:
+            print(f"run record: {run.out_dir} (interrupted by signal {signum}; checkpointed)", flush=True)
+            job.hand_back(signum)
     keys = ("status", "final_val_loss", "min_val_loss", "steps", "N", "D", "C", "spike_step")
     print(json.dumps({k: summary.get(k) for k in keys}))
     print(f"run record: {run.out_dir}")
+    return {k: summary.get(k) for k in keys}
+
+
+def run_study(cfg: DictConfig) -> dict | None:
+    """``task=block_size_study``: ``analysis.blocksize.run_study(out_dir, **study)`` (imported lazily),
+    a no-op when ``out_dir`` already holds its finished record."""
+    from omegaconf import OmegaConf
+
+    from sweeper.status import read_summary
+
+    out_dir = str(cfg.out_dir)
+    summary = read_summary(Path(out_dir))
+    kwargs = OmegaConf.to_container(cfg.study, resolve=True) if cfg.get("study") is not None else {}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}  # null: run_study's default
+    if summary is not None and summary.get("status") == "done" and not kwargs.get("overwrite"):
+        print(f"study record: {out_dir} (already done; study.overwrite=true redoes it)")
+        return summary
+    try:
+        from analysis.blocksize import run_study as study
+    except ImportError as e:
+        print(f"error: task=block_size_study needs analysis.blocksize.run_study, which is not importable "
+              f"({e}); update analysis/ or choose another task", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    try:
+        summary = study(out_dir, **kwargs)
+    except TypeError as e:  # an unknown study.* key
+        print(f"error: study: {e}; see analysis.blocksize.run_study for its arguments", file=sys.stderr)
+        sys.exit(2)
+    except (ValueError, FileExistsError, RuntimeError) as e:  # e.g. the MiniLM weights are missing
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        sys.exit(2)
+    print(f"study record: {out_dir}")
+    return summary if isinstance(summary, dict) else None
+
+
+def _one_line(e: BaseException) -> str:
+    """Hydra/OmegaConf composition errors span several lines; the user gets one naming the key."""
+    text, cause = str(e).strip(), str(e.__cause__ or "").strip().split("\n")[0]
+    if text.startswith("Could not override '") and cause:  # an unknown key
+        key = text.split("'")[1]
+        return f"{key} is not a config key ({cause}); check the spelling (`python launch.py --cfg job`)"
+    if "Available options in" in text:  # an unknown config group option
+        head = text.split("\n")[0].removeprefix("In 'config': ")
+        options = text.split("Available options in", 1)[1].split("Config search path")[0]
+        group, _, names = options.partition(":")
+        return f"{head}; available in{group}: {', '.join(names.split())}"
+    text = " ".join(f"{text}\n{cause}".split())
+    return text.split("full_key:")[0].strip()
+
+
+def cli() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--status":
+        from sweeper.status import main as status
+
+        sys.exit(status(sys.argv[2:]))
+    if "HYDRA_FULL_ERROR" in os.environ:  # the user asked for Hydra's own full tracebacks
+        main()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing; we print one line
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from sweeper.grid import SweepError
+
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException, SweepError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
-    main()
+    cli()

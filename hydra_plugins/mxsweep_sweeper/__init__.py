@@ -1,0 +1,1 @@
+"""mxsweep's Hydra sweeper plugin (``hydra/sweeper=mxsweep``); the work lives in ``sweeper/``."""

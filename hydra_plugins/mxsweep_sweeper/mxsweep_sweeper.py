@@ -1,0 +1,155 @@
+"""``hydra/sweeper=mxsweep``: the Hydra side of ``sweeper/`` (the default sweeper of ``conf/config.yaml``).
+
+``python launch.py -m experiment=precision_grid [key=a,b ...]`` composes one config per combination of
+ordinary sweep overrides (``key=a,b``, ``range(...)``, and this plugin's ``params``), expands each with
+``sweeper.grid`` (precisions × budgets × shapes × seeds, then the branch phase), and hands the job
+overrides to whatever launcher Hydra is configured with (basic, joblib, submitit_local,
+submitit_slurm), one phase at a time. Importing this module stays cheap (Hydra scans every plugin on
+each start): the work is imported inside ``sweep``.
+"""
+
+import itertools
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any  # no PEP 563 (future annotations): Hydra execs plugins outside sys.modules
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+@dataclass
+class MxSweeperConf:
+    _target_: str = "hydra_plugins.mxsweep_sweeper.mxsweep_sweeper.MxSweeper"
+    max_batch_size: int | None = None
+    """Launch at most this many jobs per launcher call (None: one call per phase)."""
+    params: dict[str, str] | None = None
+    """Ordinary sweep overrides defined by a config, e.g. ``{train.lr: "1e-3,3e-3"}`` (as Hydra's basic
+    sweeper)."""
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="mxsweep", node=MxSweeperConf, provider="mxsweep")
+
+
+class MxSweeper(Sweeper):
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher = None
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from sweeper.sweep import dry_run, execute
+
+        assert self.config is not None
+        settings = self.config.sweep
+        tic = time.perf_counter()
+        plan = self.plan(arguments)
+        if settings.dry_run:
+            decisions = dry_run(plan)
+            print(f"planned and previewed in {time.perf_counter() - tic:.2f} s")
+            return decisions
+        return execute(plan, self._launch, progress=bool(settings.progress))
+
+    def plan(self, arguments: list[str]) -> Any:
+        """The typed, validated ``sweeper.sweep.Sweep`` of these overrides (nothing is written)."""
+        from sweeper.config import sweep_settings, to_run_config
+        from sweeper.grid import SweepError, branch, expand
+        from sweeper.sweep import Sweep, check_unique
+        from train.config import TASKS
+
+        assert self.config is not None and self.hydra_context is not None
+        name = str(self.config.sweep.name)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        loader = self.hydra_context.config_loader
+        phase1, phase2, last = [], [], None
+        for combo, swept in self.combinations(arguments):
+            where = f" (with {' '.join(f'{k}={v}' for k, v in swept.items())})" if swept else ""
+            cfg = loader.load_sweep_config(self.config, combo)
+            if cfg.task not in TASKS:
+                raise SweepError(
+                    f"task={cfg.task} is a single run, not a sweep: run it without -m "
+                    f"(python launch.py experiment=...)"
+                )
+            try:
+                base = to_run_config(cfg)
+                sweep, budget = sweep_settings(cfg)
+                runs = expand(base, sweep, budget, sweep_dir, combo, swept)
+            except ValueError as e:
+                raise SweepError(f"{e}{where}") from None
+            _check_conflicts(combo, runs[0].settings)
+            phase1 += runs
+            if sweep.branches:
+                phase2 += branch(runs, sweep, sweep_dir)
+            last = sweep
+        check_unique(phase1 + phase2)
+        meta = {
+            "argv": sys.argv,
+            "cwd": os.getcwd(),
+            "launcher": str(self.config.hydra.launcher.get("_target_")),
+        }
+        return Sweep(name, sweep_dir, [p for p in (phase1, phase2) if p], last.rerun, last.throughput, meta)
+
+    def combinations(self, arguments: list[str]) -> list[tuple[list[str], dict[str, str]]]:
+        """Every combination of the ordinary sweep overrides: (its override list, {swept key: value})."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from sweeper.grid import SweepError
+
+        assert self.hydra_context is not None
+        lines = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        axes: list[list[tuple[str, str, bool]]] = []
+        for override in parser.parse_overrides(lines):
+            key = override.get_key_element()
+            if override.is_sweep_override():
+                if not override.is_discrete_sweep():
+                    raise SweepError(
+                        f"{override.input_line}: the mxsweep sweeper takes lists (a,b) and range() only"
+                    )
+                axes.append([(key, v, True) for v in override.sweep_string_iterator()])
+            else:
+                axes.append([(key, override.get_value_element_as_str(), False)])
+        out = []
+        for combo in itertools.product(*axes):
+            out.append(([f"{k}={v}" for k, v, _ in combo], {k: v for k, v, s in combo if s}))
+        return out
+
+    def _launch(self, batch: list[list[str]]) -> list[Any]:
+        assert self.launcher is not None
+        size = self.max_batch_size or len(batch)
+        returns = []
+        for i in range(0, len(batch), size):
+            chunk = batch[i : i + size]
+            returns += list(self.launcher.launch(chunk, initial_job_idx=self.job_idx))
+            self.job_idx += len(chunk)
+        return returns
+
+
+def _check_conflicts(combo: list[str], settings: dict[str, Any]) -> None:
+    """An override of a key the grid sets per run would be silently lost: refuse it."""
+    from sweeper.grid import SweepError
+
+    for line in combo:
+        key = line.split("=", 1)[0].lstrip("+~")
+        if key in settings and key not in ("logger.wandb.group",):
+            hint = {
+                "out_dir": "set sweep.name or hydra.sweep.dir instead",
+                "hydra.sweep.subdir": "the sweeper names run directories itself",
+            }.get(key, "change the sweep axes (sweep.*, budget.*) instead")
+            raise SweepError(f"{line}: {key} is set per run by the sweep; {hint}")
