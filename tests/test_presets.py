@@ -1,0 +1,128 @@
+"""Every experiment preset (conf/experiment/) composes, expands, and runs end to end on a tiny budget:
+a preset nobody ran is a broken preset. The tiny overrides keep each preset's axes (all 25 W × A pairs,
+every recipe, the LR × depth × width params, both phases) and shrink sizes, steps and data."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import launch  # noqa: F401 -- registers the root schema (run_schema) in Hydra's ConfigStore
+from sweeper.config import sweep_settings, to_run_config
+from sweeper.grid import branch, expand
+from train.config import TASKS
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+ENV = {**os.environ, "MXSWEEP_QUANT_BACKEND": "eager", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+ENV.pop("HYDRA_FULL_ERROR", None)
+LOGGER = ["logger=disabled"] if (REPO / "conf/logger/disabled.yaml").exists() else []
+
+TINY_LM = [  # synthetic bytes, 2 × 16 tokens per step, one 32-wide shape, a handful of steps
+    "data.source=synthetic",
+    "data.synthetic_bytes=4096",
+    "data.seq_len=16",
+    "train.batch_size=2",
+    "train.eval_batches=1",
+    "budget.geomspace=[]",
+    "budget.flops=[2e7]",
+    "budget.depths=[]",
+    "budget.ladder=[{depth:1,d_model:32,n_heads:2}]",
+    "budget.ratio_min=0",
+    "budget.ratio_max=1",
+    "budget.evals=1",
+]
+TINY_PROXY = ["train.steps=2", "train.batch_size=8", "train.eval_every=0", "train.eval_batches=1"]
+TINY = {
+    "smoke": [],
+    "precision_grid": TINY_LM,
+    "hybrid_fixes": TINY_LM,
+    "paper_llm": [
+        *TINY_LM,
+        "model.vocab_size=256",
+        "data.path=null",
+        "data.val_path=null",
+        "data.vocab_size=null",
+        "train.device=cpu",
+    ],  # fmt: skip
+    "proxy_lr_sweep": [*TINY_PROXY, "train.twin_every=1"],
+    "proxy_interventions": [
+        *TINY_PROXY,
+        "train.steps=6",
+        "model.width=16",
+        "train.ckpt_every=2",
+        "sweep.branch_step=2",
+    ],  # fmt: skip
+    "block_size_study": [
+        "study.weights=false",
+        "study.sigmas=[0.005,0.05]",
+        "study.block_sizes=[8,16]",
+        "study.n_samples=4096",
+    ],  # fmt: skip
+}
+RUNS = {  # runs each preset plans at full size: (first phase, second phase)
+    "smoke": (4, 0),
+    "precision_grid": (150, 0),
+    "hybrid_fixes": (30, 0),
+    "paper_llm": (2375, 0),
+    "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
+    "proxy_interventions": (2, 8),
+}
+
+
+def test_every_preset_has_a_tiny_run():
+    assert PRESETS and set(PRESETS) == set(TINY), "add the new preset's tiny overrides to TINY"
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_composes_and_expands(name, tmp_path):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={name}", *LOGGER], return_hydra_config=True)
+    assert cfg.hydra.sweeper._target_.endswith("MxSweeper")
+    if cfg.task not in TASKS:  # a single non-training run: its arguments must be run_study's
+        from analysis.blocksize import run_study
+
+        assert set(cfg.study) <= set(inspect.signature(run_study).parameters)
+        return
+    base = to_run_config(cfg)
+    sweep, budget = sweep_settings(cfg)
+    assert sweep.name == name
+    runs = expand(base, sweep, budget, tmp_path)
+    branches = branch(runs, sweep, tmp_path) if sweep.branches else []
+    assert (len(runs), len(branches)) == RUNS[name]
+    assert len({r.run_id for r in runs + branches}) == len(runs) + len(branches)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_runs_on_a_tiny_budget(name, tmp_path):
+    out = tmp_path / name
+    if name == "block_size_study":
+        args = [f"experiment={name}", f"out_dir={out}", *TINY[name]]
+    else:
+        args = ["-m", f"experiment={name}", f"hydra.sweep.dir={out}", "sweep.progress=false", *TINY[name]]
+    r = subprocess.run(
+        [sys.executable, "launch.py", *args, *LOGGER],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    if name == "block_size_study":
+        assert json.loads((out / "summary.json").read_text())["status"] == "done"
+        return
+    records = [json.loads(p.read_text()) for p in out.glob("*/summary.json")]
+    first, second = RUNS[name]
+    expected = {"precision_grid": 25, "hybrid_fixes": 5, "paper_llm": 25, "proxy_lr_sweep": 48}.get(name)
+    assert len(records) == (expected or first + second)
+    assert {s["status"] for s in records} <= {"done", "diverged"}, [s.get("error") for s in records]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["launched"] == len(records)

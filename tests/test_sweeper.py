@@ -1,0 +1,391 @@
+"""The sweeper: budget → runs (golden), run identities, skip logic, dry run, manifest, --status, bad
+input, and whole sweeps through launch.py with the basic and submitit_local launchers (including a
+preempted job that is requeued and ends bit-identical to an uninterrupted one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from models import LMConfig, ProxyConfig
+from sweeper import budget
+from sweeper.grid import PlannedRun
+from sweeper.identity import run_id
+from sweeper.status import counts, run_status, scan
+from sweeper.sweep import decide
+from train.config import PrecisionConfig, RunConfig, TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "MXSWEEP_QUANT_BACKEND": "eager", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+ENV.pop("HYDRA_FULL_ERROR", None)
+QUIET = ["sweep.progress=false"] + (
+    ["logger=disabled"] if (REPO / "conf/logger/disabled.yaml").exists() else []
+)
+
+
+def launch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "launch.py", *args],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def sweep(sweep_dir: Path, *overrides: str, experiment: str = "smoke") -> subprocess.CompletedProcess:
+    return launch("-m", f"experiment={experiment}", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides)
+
+
+# --------------------------------------------------------------------------------------------- budget
+
+
+@dataclass(frozen=True)
+class Shape:
+    n_params: int
+
+
+def test_budget_hand_computed():
+    # N = 1000, 10 tokens per step: C = 6e6 buys floor(6e6 / (6·1000·10)) = 100 steps, D = 1000, D/N = 1.
+    (p,) = budget.plan([6e6], [Shape(1000)], 10, ratio_min=0.5, ratio_max=10)
+    assert (p.steps, p.D, p.ratio, p.warmup_steps, p.eval_every) == (100, 1000, 1.0, 20, 10)
+    assert p.flops == 6e6 and p.C == 6e6
+    (p,) = budget.plan([6e6 - 1], [Shape(1000)], 10, ratio_min=0.5, ratio_max=10)
+    assert p.steps == 99 and p.warmup_steps == 19 and p.eval_every == 9  # floor, int(0.2·99), 99 // 10
+    # the window is strict: D/N = 1 is dropped by (1, 10) and by (0.5, 1)
+    with pytest.raises(ValueError, match="no \\(budget, shape\\) pair"):
+        budget.plan([6e6], [Shape(1000)], 10, ratio_min=1, ratio_max=10)
+    # two shapes, one budget: N = 100 → 1000 steps, D/N = 100 (kept); N = 10000 → 10 steps, D/N = 0.01
+    points = budget.plan([6e6], [Shape(100), Shape(10000)], 10)
+    assert [(p.N, p.steps, p.ratio) for p in points] == [(100, 1000, 100.0)]
+
+
+def _paper_shapes():
+    return [LMConfig(depth=L, vocab_size=32000) for L in [*range(4, 23), *range(24, 41, 2)]]
+
+
+def test_budget_reproduces_the_study_grid():
+    budgets = budget.geomspace(2e17, 1e19, 6) + [2.2e19, 4.84e19]
+    points = budget.plan(budgets, _paper_shapes(), 512 * 512)
+    assert len(points) == 95
+    assert list(Counter(p.C for p in points).values()) == [8, 10, 11, 13, 14, 13, 13, 13]
+    # by hand: N = 12·L·d² + 2·V·d + 4·L·d + d at d704L11 = 110,508,992; 2e17 / (6·N·262144) = 1150.6
+    (p,) = [p for p in points if p.C == 2e17 and p.shape.depth == 11]
+    assert p.N == 12 * 11 * 704**2 + 2 * 32000 * 704 + 4 * 11 * 704 + 704 == 110_508_992
+    assert (p.steps, p.D, p.warmup_steps, p.eval_every) == (1150, 301_465_600, 230, 115)
+    (p,) = [p for p in points if p.C == 4.84e19 and p.shape.depth == 15]  # the study's longest run, 35.5B
+    assert (p.N, p.steps, p.D) == (227_386_560, 135_328, 35_475_423_232)
+    assert all(2 < p.ratio < 200 for p in points)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"budgets": [0.0]}, r"budget.flops\[0\]=0.0 must be a positive"),
+        ({"budgets": [1e9, -1]}, r"budget.flops\[1\]=-1 must be a positive"),
+        ({"ratio_min": 200.0, "ratio_max": 2.0}, "ratio_min < ratio_max"),
+        ({"ratio_min": 5.0, "ratio_max": 5.0}, "ratio_min < ratio_max"),
+        ({"budgets": [1e3]}, "no \\(budget, shape\\) pair has 2 < D/N < 200"),
+    ],
+)
+def test_budget_bad_input(kwargs, match):
+    args = {"budgets": [6e6], "shapes": [Shape(100)], "tokens_per_step": 10, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        budget.plan(args.pop("budgets"), args.pop("shapes"), args.pop("tokens_per_step"), **args)
+
+
+# ------------------------------------------------------------------------------------------ identity
+
+
+def _run(**changes) -> RunConfig:
+    base = RunConfig(task="proxy", model=ProxyConfig(depth=2, width=16), train=TrainConfig(steps=10))
+    return replace(base, **changes)
+
+
+def test_run_id_is_stable_and_ignores_where_and_how_it_is_watched():
+    a = _run()
+    assert run_id(a) == run_id(_run()) and re.fullmatch(r"[0-9a-f]{8}", run_id(a))
+    assert run_id(replace(a, out_dir="/elsewhere/x")) == run_id(a)
+    assert run_id(replace(a, train=replace(a.train, device="cuda"))) == run_id(a)
+    if hasattr(a, "logger"):
+        logger = replace(a.logger, wandb=replace(a.logger.wandb, mode="offline", group="g"))
+        assert run_id(replace(a, logger=logger)) == run_id(a)
+    assert run_id(replace(a, train=replace(a.train, lr=1))) == run_id(
+        replace(a, train=replace(a.train, lr=1.0))
+    )
+    # what the run computes changes the id
+    assert run_id(replace(a, precision=PrecisionConfig(w="fp8_e4m3"))) != run_id(a)
+    assert run_id(replace(a, precision=PrecisionConfig(a="bf16"))) != run_id(a)
+    assert run_id(replace(a, train=replace(a.train, seed=1))) != run_id(a)
+    assert run_id(replace(a, model=ProxyConfig(depth=3, width=16))) != run_id(a)
+    # a branch is identified by its parent's directory name, not where the sweep lives
+    b1 = replace(a, train=replace(a.train, branch_from="/a/sweep/parent_1234abcd", branch_step=5))
+    b2 = replace(a, train=replace(a.train, branch_from="/moved/parent_1234abcd/", branch_step=5))
+    assert run_id(b1) == run_id(b2) != run_id(a)
+
+
+# ---------------------------------------------------------------------------------------- skip logic
+
+
+def _planned(tmp_path: Path, name: str) -> PlannedRun:
+    run = replace(_run(), out_dir=str(tmp_path / name))
+    return PlannedRun(run, run_id(run), name, {}, [])
+
+
+def _record(run_dir: Path, status: str) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"status": status, "step": 3, "steps": 10}))
+
+
+def test_skip_logic_and_statuses(tmp_path):
+    names = ["done", "diverged", "failed", "interrupted", "running", "pending", "killed"]
+    for s in ("done", "diverged", "failed", "interrupted"):
+        _record(tmp_path / s, s)
+    (tmp_path / "running").mkdir()
+    (tmp_path / "running/running.json").write_text(
+        json.dumps({"host": os.uname().nodename, "pid": os.getpid()})
+    )
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "killed/metrics.jsonl").write_text('{"step": 2}\n')
+    (tmp_path / "pending").mkdir()
+    assert [run_status(tmp_path / n) for n in names] == [*names[:6], "interrupted"]
+    runs = [_planned(tmp_path, n) for n in names]
+    launched = {r: [d.planned.name for d in decide(runs, r) if d.launch] for r in ("none", "failed", "all")}
+    assert launched["none"] == ["interrupted", "pending", "killed"]
+    assert launched["failed"] == ["failed", "interrupted", "pending", "killed"]
+    assert launched["all"] == [
+        "done",
+        "diverged",
+        "failed",
+        "interrupted",
+        "pending",
+        "killed",
+    ]  # never a live one
+    # a stale marker (dead pid on this host) is not running
+    (tmp_path / "running/running.json").write_text(
+        json.dumps({"host": os.uname().nodename, "pid": 2**22 + 7})
+    )
+    assert run_status(tmp_path / "running") == "interrupted"
+
+
+# ----------------------------------------------------------------------------------- dry run, errors
+
+
+def test_dry_run_prints_the_table_and_writes_nothing(tmp_path):
+    sweep_dir = tmp_path / "sw"
+    r = sweep(sweep_dir, "sweep.dry_run=true")
+    assert r.returncode == 0, r.stderr
+    header = r.stdout.splitlines()[0].split()
+    for col in ("precision", "C", "d", "L", "N", "D", "D/N", "steps", "cost", "time", "status", "run"):
+        assert col in header
+    assert "4 runs asked, 0 skipped, 4 to launch" in r.stdout
+    assert re.search(r"^\s*0\s+1\s+bf16\s+3e8\s+32\s+1\s+28832\s+1664\s+0\.0577\s+13\s", r.stdout, re.M)
+    assert not sweep_dir.exists()  # no manifest, no run directory, no job
+
+
+def test_paper_llm_dry_run_all_25_pairs_is_fast(tmp_path):
+    tic = time.perf_counter()
+    r = launch(
+        "-m", "experiment=paper_llm", "sweep.dry_run=true", f"hydra.sweep.dir={tmp_path / 'p'}", *QUIET
+    )
+    wall = time.perf_counter() - tic
+    assert r.returncode == 0, r.stderr
+    assert "2375 runs asked" in r.stdout  # 25 W×A pairs × 95 (budget, shape) pairs
+    planned = float(re.search(r"planned and previewed in ([0-9.]+) s", r.stdout).group(1))
+    print(f"paper_llm dry run: {planned:.2f} s in the sweeper, {wall:.2f} s for the whole command")
+    assert planned < 3.0
+    rows = [line.split() for line in r.stdout.splitlines() if re.match(r"\s*\d+\s+1\s", line)]
+    assert len(rows) == 2375 and len({row[2] for row in rows}) == 25
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["sweep.w=[fp9_e4m3]", "sweep.a=[bf16]"], "precision.w='fp9_e4m3' is not a known format"),
+        (["sweep.precisions=[{name:x,w:fp8_e4m3,nrm_affine:bf16}]"], "sweep.precisions[0] has unknown field"),
+        (["budget.flops=[-1e9]"], "budget.flops[0]"),
+        (["budget.ratio_min=0.5"], "no (budget, shape) pair has 0.5 < D/N < 1"),
+        (["budget.ratio_min=2"], "budget.ratio_min=2 / budget.ratio_max=1"),
+        (["train.lrr=0.1"], "train.lrr is not a config key"),
+        (["train.lrr=0.1,0.2"], "train.lrr is not a config key"),
+        (["sweep.rerun=everything"], "sweep.rerun='everything'"),
+        (["experiment=nope"], "experiment/nope"),
+    ],
+)
+def test_bad_input_is_one_line_and_launches_nothing(tmp_path, overrides, named):
+    r = sweep(tmp_path / "sw", *overrides)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: ") and named in lines[0], lines[0]
+    assert not (tmp_path / "sw").exists()
+
+
+# ------------------------------------------------------------------------------------- whole sweeps
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The smoke sweep run once through the basic launcher, then relaunched."""
+    sweep_dir = tmp_path_factory.mktemp("smoke") / "sw"
+    first = sweep(sweep_dir)
+    second = sweep(sweep_dir)
+    return sweep_dir, first, second
+
+
+def test_smoke_sweep_runs_and_a_relaunch_launches_nothing(smoke):
+    sweep_dir, first, second = smoke
+    assert first.returncode == 0, first.stderr
+    runs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert len(runs) == 4
+    for run_dir in runs:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "done"
+        # the directory name ends in the identity of the config the job actually ran
+        config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+        assert run_dir.name.endswith("_" + run_id(config))
+        assert re.fullmatch(r"(bf16|mxfp8)_C3e8_d32L[12]_s0_[0-9a-f]{8}", run_dir.name)
+    assert second.returncode == 0, second.stderr
+    assert "4 runs asked, 4 skipped, 0 to launch" in second.stdout
+    assert "Launching" not in second.stdout + second.stderr
+
+
+def test_manifest_records_asked_skipped_launched(smoke):
+    sweep_dir, _, _ = smoke
+    m = json.loads((sweep_dir / "manifest.json").read_text())  # the relaunch's
+    assert m["counts"] == {"asked": 4, "skipped": 4, "launched": 0}
+    assert set(m["skipped"].values()) == {"done"} and len(m["asked"]) == 4 and m["launched"] == []
+    run = m["runs"][0]
+    assert {"id", "name", "phase", "action", "status_before", "status_after", "coords", "overrides"} <= set(
+        run
+    )
+    assert run["name"].endswith(run["id"]) and any(o.startswith("out_dir=") for o in run["overrides"])
+
+
+def test_status_counts_and_table(smoke):
+    sweep_dir, _, _ = smoke
+    for cmd in (["launch.py", "--status"], ["-m", "sweeper.status"]):
+        r = subprocess.run(
+            [sys.executable, *cmd, str(sweep_dir)], cwd=REPO, env=ENV, capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stderr
+        assert "4 runs: done 4, diverged 0, failed 0, interrupted 0, running 0, pending 0" in r.stdout
+        assert (
+            len([line for line in r.stdout.splitlines() if re.match(r"\S+_[0-9a-f]{8}\s+done ", line)]) == 4
+        )
+    r = launch("--status", str(sweep_dir / "nope"))
+    assert r.returncode == 2 and r.stderr.startswith("error:")
+
+
+def test_rerun_failed(tmp_path, smoke):
+    """A failed run is skipped by default and relaunched (resumed) with sweep.rerun=failed."""
+    import shutil
+
+    sweep_dir = tmp_path / "sw"
+    shutil.copytree(smoke[0], sweep_dir)
+    victim = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.startswith("mxfp8"))[0]
+    summary = json.loads((victim / "summary.json").read_text())
+    (victim / "summary.json").write_text(json.dumps({**summary, "status": "failed", "error": "boom"}))
+    for p in sweep_dir.iterdir():  # the copied records point at the old directories
+        if (p / "config.yaml").exists():
+            text = (p / "config.yaml").read_text().replace(str(smoke[0]), str(sweep_dir))
+            (p / "config.yaml").write_text(text)
+    assert counts(scan(sweep_dir))["failed"] == 1
+    r = sweep(sweep_dir)
+    assert r.returncode == 0, r.stderr
+    assert "4 runs asked, 4 skipped, 0 to launch" in r.stdout
+    r = sweep(sweep_dir, "sweep.rerun=failed")
+    assert r.returncode == 0, r.stderr
+    assert "4 runs asked, 3 skipped, 1 to launch" in r.stdout
+    m = json.loads((sweep_dir / "manifest.json").read_text())
+    assert (
+        m["launched"] == [victim.name]
+        and m["runs"][[x["name"] for x in m["runs"]].index(victim.name)]["status_after"] == "done"
+    )
+
+
+def test_job_refuses_a_config_that_does_not_match_its_planned_id(tmp_path):
+    r = launch(*QUIET, "task=proxy", "model.width=8", "model.depth=1", "train.steps=2",
+               f"out_dir={tmp_path / 'x'}", "sweep.run_id=deadbeef")  # fmt: skip
+    assert r.returncode == 2 and "sweep planned deadbeef" in r.stderr
+    assert not (tmp_path / "x/summary.json").exists()
+
+
+def test_finished_run_is_a_no_op_job(tmp_path):
+    args = [
+        *QUIET,
+        "task=proxy",
+        "model.width=8",
+        "model.depth=1",
+        "train.steps=3",
+        f"out_dir={tmp_path / 'x'}",
+    ]
+    assert launch(*args).returncode == 0
+    before = (tmp_path / "x/summary.json").read_text()
+    r = launch(*args)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "x/summary.json").read_text() == before and '"status": "done"' in r.stdout
+
+
+def test_submitit_local_sweep_lands_every_record(tmp_path, smoke):
+    sweep_dir = tmp_path / "sub"
+    r = sweep(sweep_dir, "hydra/launcher=submitit_local")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in sweep_dir.iterdir() if (p / "summary.json").exists())
+    assert names == sorted(p.name for p in smoke[0].iterdir() if (p / "summary.json").exists())  # same ids
+    assert all(json.loads((sweep_dir / n / "summary.json").read_text())["status"] == "done" for n in names)
+    assert (sweep_dir / ".submitit").is_dir()
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "step_time"} for row in rows]
+
+
+@pytest.mark.slow
+def test_preempted_submitit_job_is_requeued_and_resumes_bit_identical(tmp_path):
+    """USR2 (submitit's preemption / time-out signal) mid-run: the job checkpoints, submitit requeues it
+    through the launcher's checkpoint() and the resumed run ends exactly as an uninterrupted one."""
+    one = [
+        "sweep.precisions=[{name:mxfp8,w:fp8_e4m3,a:fp8_e4m3}]",
+        "budget.ladder=[{depth:1,d_model:32,n_heads:2}]",
+        "budget.flops=[5e9]",
+    ]  # fmt: skip  (225 steps)
+    cmd = ["launch.py", "-m", "experiment=smoke", f"hydra.sweep.dir={tmp_path / 'rq'}", *QUIET, *one]
+    proc = subprocess.Popen(
+        [sys.executable, *cmd, "hydra/launcher=submitit_local"],
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline, sent = time.time() + 240, False
+    while time.time() < deadline and not sent:
+        time.sleep(0.5)
+        for marker in (tmp_path / "rq").glob("*/running.json"):
+            metrics = marker.parent / "metrics.jsonl"
+            if metrics.exists() and metrics.read_text().count("\n") >= 20:
+                os.kill(json.loads(marker.read_text())["pid"], signal.SIGUSR2)
+                sent = True
+    out, err = proc.communicate(timeout=300)
+    assert sent and proc.returncode == 0, err
+    (run_dir,) = [p for p in (tmp_path / "rq").iterdir() if (p / "summary.json").exists()]
+    logs = "".join(p.read_text() for p in (tmp_path / "rq/.submitit").glob("*/*_log.*"))
+    assert "Requeued job" in logs
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "done"
+    ref = sweep(tmp_path / "ref", *one)  # the same run, uninterrupted, basic launcher
+    assert ref.returncode == 0, ref.stderr
+    assert _metrics(run_dir) == _metrics(tmp_path / "ref" / run_dir.name)
