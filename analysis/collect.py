@@ -417,19 +417,14 @@ def curves(sweep_dir: str | Path, runs: pd.DataFrame | None = None) -> pd.DataFr
     """One row per (run, logged step) from every metrics.jsonl, with the run's coordinates
     (``RUN_COORDS`` from ``collect``, or from ``runs`` if given) as extra columns."""
     runs = collect(sweep_dir) if runs is None else runs
-    frames = []
-    for _, r in runs.iterrows():
-        path = Path(r["path"]) / METRICS
-        if not path.exists():
-            continue
-        rows = read_metrics(path)
-        if rows:
-            frame = pd.DataFrame(rows)
-            frame.insert(0, "run", r["run"])
-            frames.append(frame)
-    if not frames:
+    rows: list[dict[str, Any]] = []
+    for run, run_dir in zip(runs["run"], runs["path"], strict=True):
+        path = Path(run_dir) / METRICS
+        if path.exists():
+            rows.extend({"run": run, **row} for row in read_metrics(path))
+    if not rows:
         return pd.DataFrame(columns=["run", "step", *RUN_COORDS])
-    long = pd.concat(frames, ignore_index=True, sort=False)
+    long = pd.DataFrame(rows)
     coords = [c for c in RUN_COORDS if c in runs]
     return long.merge(runs[["run", *coords]], on="run", how="left")
 
