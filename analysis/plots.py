@@ -295,6 +295,8 @@ def multipliers(table: pd.DataFrame) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("C (FLOPs)")
     ax.set_ylabel("effective compute multiplier")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.grid(alpha=0.3, which="both")
     ref = table["reference"].iloc[0] if not table.empty else "?"
     ax.set_title(f"Compute of {ref} reaching the same loss / C", fontsize=9)
