@@ -66,6 +66,13 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
 def load_torchao():
     """torchao's eager MX/NVFP4 emulation, or (None, reason) when it cannot be imported."""
     try:
@@ -310,10 +317,12 @@ def main(argv=None) -> int:
 
     print(f"python {platform.python_version()}  torch {torch.__version__}  ", end="")
     print(f"torchao {torchao[0] if torchao else 'not used (' + why + ')'}")
+    print(f"cpu: {cpu_model()}; os.cpu_count()={os.cpu_count()}; torch threads={torch.get_num_threads()}")
+    # Every fake-quant result is a fresh allocation: a 64 MiB one is page-faulted in 4 KiB pages
+    # unless PyTorch is asked for transparent huge pages, which moves both floor and fake-quant.
     print(
-        f"cpu: {cpu_model()}; os.cpu_count()={os.cpu_count()}; "
-        f"torch threads={torch.get_num_threads()}; "
-        f"dynamo recompile_limit={torch._dynamo.config.recompile_limit}"
+        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}; "
+        f"load average at start {load_average()} (timings are only comparable on an idle machine)"
     )
     if torchao is None:
         print(f"NOTE: torchao columns skipped: {why}")
@@ -339,6 +348,11 @@ def main(argv=None) -> int:
                 results[f"linear {dt}"] = bench_linear(args, dt)
     finally:
         quant.set_backend(previous)
+    print(
+        f"\nload average at end {load_average()}; "
+        f"dynamo recompile_limit={torch._dynamo.config.recompile_limit}"
+    )
+    results["load_average_end"] = load_average()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
         print(f"\nwrote {args.json}")

@@ -159,7 +159,9 @@ def _pow2(k: torch.Tensor) -> torch.Tensor:
 def _round_to_grid(y: torch.Tensor, grid: Grid, rounding: Rounding, u: torch.Tensor | None) -> torch.Tensor:
     """Round fp32 ``y`` onto ``grid`` (subnormals kept), saturating to ±grid.max. NaN stays NaN."""
     a = y.abs()
-    q = _pow2(_exponent(a).clamp(grid.emin, 127) - grid.mbits)  # grid step at |y|
+    k = _exponent(a).clamp(grid.emin, 127) - grid.mbits  # log2 of the grid step at |y|
+    # Every MX element and scale grid has steps >= 2**-126: one shift builds them (no subnormal branch).
+    q = ((k + 127) << 23).view(torch.float32) if grid.emin - grid.mbits >= -126 else _pow2(k)
     t = a / q  # exact: q is a power of two
     if rounding is Rounding.EVEN:
         r = torch.round(t)  # torch.round is round-half-to-even
