@@ -231,7 +231,7 @@ def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bo
     outcome = {d.planned.name: run_status(d.planned.out_dir) for d in decisions}
     write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, outcome))
     counts = {s: sum(1 for v in outcome.values() if v == s) for s in STATUSES}
-    print(counts_line(counts))
+    print(f"{counts_line(counts)}; details: python launch.py --status {sweep.sweep_dir}")
     bad = [d for d in decisions if d.launch and outcome[d.planned.name] not in ("done", "diverged")]
     if bad:
         rows = [[d.planned.name, outcome[d.planned.name], _error(d.planned)] for d in bad]

@@ -64,6 +64,10 @@ class MxSweeper(Sweeper):
             decisions = dry_run(plan)
             print(f"planned and previewed in {time.perf_counter() - tic:.2f} s")
             return decisions
+        from omegaconf import OmegaConf
+
+        plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, plan.sweep_dir / "multirun.yaml")  # as Hydra's basic sweeper does
         return execute(plan, self._launch, progress=bool(settings.progress))
 
     def plan(self, arguments: list[str]) -> Any:
