@@ -47,7 +47,10 @@ def scheduler_job() -> str | None:
 
 @contextlib.contextmanager
 def running(out_dir: str | Path) -> Iterator[None]:
-    """Mark ``out_dir`` as running (with a heartbeat) for the duration of the block."""
+    """Mark ``out_dir`` as running (with a heartbeat) for the duration of the block (rank 0 only)."""
+    if int(os.environ.get("RANK", "0")) != 0:  # DDP: one marker per run
+        yield
+        return
     path = Path(out_dir) / MARKER
     path.parent.mkdir(parents=True, exist_ok=True)
     info = {"host": socket.gethostname(), "pid": os.getpid(), "job": scheduler_job(), "started": time.time()}

@@ -212,6 +212,7 @@ def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bo
         f"sweep {sweep.name} in {sweep.sweep_dir}: " + summary_line(decisions, sweep.throughput), flush=True
     )
     by_name = {d.planned.name: d for d in decisions}
+    errors: dict[str, str] = {}
     for phase in sweep.phases:
         todo = [p for p in phase if by_name[p.name].launch]
         todo = [p for p in todo if _parent_ready(p, by_name)]
@@ -222,7 +223,8 @@ def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bo
             continue
         bar = Progress(todo, progress)
         try:
-            launch([p.overrides for p in todo])
+            returns = launch([p.overrides for p in todo]) or []
+            errors.update({p.name: e for p, r in zip(todo, returns, strict=False) if (e := _job_error(r))})
         except Exception as e:  # a launcher that raises on a failed job: the records tell the rest
             print(f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
                   file=sys.stderr)  # fmt: skip
@@ -234,7 +236,7 @@ def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bo
     print(f"{counts_line(counts)}; details: python launch.py --status {sweep.sweep_dir}")
     bad = [d for d in decisions if d.launch and outcome[d.planned.name] not in ("done", "diverged")]
     if bad:
-        rows = [[d.planned.name, outcome[d.planned.name], _error(d.planned)] for d in bad]
+        rows = [[d.planned.name, outcome[d.planned.name], _error(d.planned, errors)] for d in bad]
         print(
             format_table(["run", "status", "error"], rows, left=("run", "status", "error")), file=sys.stderr
         )
@@ -259,6 +261,15 @@ def _parent_ready(p: PlannedRun, by_name: dict[str, Decision]) -> bool:
     return ready
 
 
-def _error(p: PlannedRun) -> str:
+def _job_error(ret: Any) -> str | None:
+    """The exception a Hydra ``JobReturn`` holds, as one short line (None if the job returned)."""
+    try:
+        ret.return_value  # noqa: B018 -- raises the job's exception
+    except Exception as e:
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    return None
+
+
+def _error(p: PlannedRun, errors: dict[str, str]) -> str:
     summary = read_summary(p.out_dir) or {}
-    return str(summary.get("error") or "-")[:100]
+    return str(summary.get("error") or errors.get(p.name) or "-")[:120]

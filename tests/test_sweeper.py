@@ -316,6 +316,16 @@ def test_rerun_failed(tmp_path, smoke):
     )
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_failed_jobs_are_reported_and_the_sweep_exits_nonzero(tmp_path):
+    r = sweep(tmp_path / "sw", "train.device=cuda")  # valid config, fails at the start of every job
+    assert r.returncode != 0
+    assert r.stderr.count("no CUDA device is available") == 4  # the error column, one row per run
+    assert r.stderr.strip().splitlines()[-1].startswith("error: 4 of 4 launched runs did not finish")
+    manifest = json.loads((tmp_path / "sw/manifest.json").read_text())
+    assert manifest["counts"]["launched"] == 4
+
+
 def test_job_refuses_a_config_that_does_not_match_its_planned_id(tmp_path):
     r = launch(*QUIET, "task=proxy", "model.width=8", "model.depth=1", "train.steps=2",
                f"out_dir={tmp_path / 'x'}", "sweep.run_id=deadbeef")  # fmt: skip
