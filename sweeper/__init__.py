@@ -2,7 +2,7 @@
 
     python launch.py -m experiment=precision_grid                      # run (or resume) a study
     python launch.py -m experiment=paper_llm sweep.dry_run=true        # preview: table + count
-    python launch.py -m experiment=smoke hydra/launcher=submitit_slurm # the same on a cluster
+    python launch.py -m experiment=smoke hydra/launcher=slurm          # the same on a cluster
     python launch.py --status outputs/sweeps/precision_grid            # where it stands
 
 Layout (Hydra only in the plugin and ``config.to_run_config``; the rest is plain Python):
