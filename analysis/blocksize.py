@@ -875,7 +875,8 @@ def _run_study(
                         "worse_fraction_octave": wf,
                     }
                 )
-        cross_df = pd.DataFrame(cross)
+        cols = ["scale", "small", "large", "theory_sigma", "weights_sigma", "worse_fraction_octave"]
+        cross_df = pd.DataFrame(cross, columns=cols)  # typed columns even when no pair was compared
         tables["crossovers"] = _write_table(cross_df, run_dir, "crossovers")
         timings["crossovers_s"] = time.perf_counter() - t0
 

@@ -372,3 +372,14 @@ def test_cli_quick_arguments(monkeypatch, tmp_path, capsys):
     assert bs.main(["--out", str(tmp_path), "--quick", "--no-weights"]) == 0
     assert seen["weights"] is False and seen["n_samples"] == bs.QUICK["n_samples"] and seen["threads"] == 1
     assert json.loads(capsys.readouterr().out)["status"] == "done"
+
+
+def test_run_study_without_adjacent_block_pairs(tmp_path):
+    # Block sizes that are not neighbours on the doubling ladder give no crossover rows; the study
+    # must still write its tables and figures.
+    summary = bs.run_study(
+        tmp_path / "edge", sigmas=[0.01, 0.02], block_sizes=[8, 32], scales=["ue4m3"], n_samples=4096,
+        weights=False, log=lambda *_: None,
+    )  # fmt: skip
+    assert summary["status"] == "done"
+    assert (tmp_path / "edge" / "blocksize_curves.png").exists()
