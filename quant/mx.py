@@ -273,7 +273,10 @@ def _run(fn, x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.
 def _uniform(x: torch.Tensor, spec: QuantSpec, generator: torch.Generator | None):
     if spec.rounding is not Rounding.STOCHASTIC:
         return None
-    return torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
+    # Draw on the generator's own device (convert() seeds a CPU one) so CUDA tensors work too and the
+    # stream is the same whatever device the tensor lives on.
+    device = x.device if generator is None else generator.device
+    return torch.rand(x.shape, generator=generator, device=device, dtype=torch.float32).to(x.device)
 
 
 def _as_blocks(x: torch.Tensor, axis: int, block: int):
