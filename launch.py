@@ -44,8 +44,13 @@ def build_run(cfg: DictConfig) -> RunConfig:
 def main(cfg: DictConfig) -> dict | None:
     if cfg.task == "block_size_study":
         return run_study(cfg)
+    from train import distributed
+    from train.loop import check_device
+
     try:
         run = build_run(cfg)
+        # Here, not in build_run: a sweep may be planned on a login node without the job's GPU.
+        check_device(distributed.resolve_device(run.train.device))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -70,8 +75,9 @@ def main(cfg: DictConfig) -> dict | None:
             print(f"run record: {run.out_dir} (interrupted by signal {signum}; checkpointed)", flush=True)
             job.hand_back(signum)
     keys = ("status", "final_val_loss", "min_val_loss", "steps", "N", "D", "C", "spike_step")
-    print(json.dumps({k: summary.get(k) for k in keys}))
-    print(f"run record: {run.out_dir}")
+    if distributed.is_main():  # under torchrun every rank returns here; one report is enough
+        print(json.dumps({k: summary.get(k) for k in keys}))
+        print(f"run record: {run.out_dir}")
     return {k: summary.get(k) for k in keys}
 
 

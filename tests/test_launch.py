@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,3 +72,11 @@ def test_unknown_key_is_rejected(tmp_path):
     r = _launch("task=proxy", "train.stpes=5", f"out_dir={tmp_path / 'x'}")
     assert r.returncode != 0
     assert "stpes" in r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for machines without a GPU")
+def test_cuda_without_gpu_is_one_line(tmp_path):
+    r = _launch("task=proxy", "train.device=cuda", f"out_dir={tmp_path / 'gpu'}")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "train.device" in lines[0] and "no CUDA device" in lines[0], r.stderr
