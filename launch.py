@@ -52,6 +52,8 @@ def main(cfg: DictConfig) -> dict | None:
         # Here, not in build_run: a sweep may be planned on a login node without the job's GPU.
         check_device(distributed.resolve_device(run.train.device))
     except ValueError as e:
+        if cfg.sweep.get("run_id"):  # a sweep's job: fail this job (the sweeper reports it), not the sweep
+            raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     from sweeper import job
