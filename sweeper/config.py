@@ -89,6 +89,11 @@ class SweepConfig:
     """FLOP/s (6·N·D per second) assumed by the dry run's time estimate (per run, one job)."""
     progress: bool = True
     """A progress bar while the launched runs are running (local launchers)."""
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    """Launcher parameters by run size, ``[{max_params: N or null, launcher: {timeout_min: 10, ...}}, ...]``:
+    each run takes the first rule with ``max_params`` ≥ its N (null: any size) and the sweeper launches
+    each rule's runs as a separate launcher call with these ``hydra.launcher`` keys changed. Empty: one
+    call with ``hydra.launcher`` as it is. Launchers without such parameters (basic) ignore it."""
     run_id: str | None = None
     """Set by the sweeper on every job it launches; the job checks its own config hashes to it."""
 
@@ -147,6 +152,7 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
         raise ValueError(f"sweep.throughput={sweep.throughput} must be > 0 (FLOP/s)")
     if sweep.branches and sweep.branch_step is None:
         raise ValueError("sweep.branches needs sweep.branch_step (the parent checkpoint step)")
+    resource_rules(sweep.resources)
     for key, entries in (("sweep.precisions", sweep.precisions), ("sweep.branches", sweep.branches)):
         precision_changes(key, entries)
     from sweeper.budget import check_window
@@ -171,3 +177,41 @@ def precision_changes(key: str, entries: list[dict[str, Any]]) -> list[tuple[str
             raise ValueError(f"{key}[{i}] has unknown field(s) {unknown}; precision fields are: {valid}")
         out.append((None if name is None else str(name), entry))
     return out
+
+
+def resource_rules(rules: list[Any]) -> list[tuple[float | None, dict[str, Any]]]:
+    """``sweep.resources`` as ``(max_params or None, {launcher key: value})``; one-line ``ValueError``
+    naming the field on bad input."""
+    out = []
+    for i, rule in enumerate(rules):
+        key = f"sweep.resources[{i}]"
+        if not isinstance(rule, dict):
+            raise ValueError(f"{key}={rule!r} must be a map {{max_params: N or null, launcher: {{...}}}}")
+        unknown = sorted(set(rule) - {"max_params", "launcher"})
+        if unknown:
+            raise ValueError(f"{key} has unknown field(s) {unknown}; its fields are: max_params, launcher")
+        limit = rule.get("max_params")
+        if limit is not None:
+            try:
+                ok = not isinstance(limit, bool) and float(limit) > 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"{key}.max_params={limit!r} must be a positive number or null (any size)")
+            limit = float(limit)
+        launcher = rule.get("launcher")
+        if not isinstance(launcher, dict) or not launcher:
+            raise ValueError(
+                f"{key}.launcher={launcher!r} must be a non-empty map of hydra.launcher keys, "
+                "e.g. {timeout_min: 10}"
+            )
+        out.append((limit, dict(launcher)))
+    return out
+
+
+def resource_rule(rules: list[tuple[float | None, dict[str, Any]]], n_params: float) -> int | None:
+    """The index of the first rule whose max_params ≥ n_params (None: no rule covers it)."""
+    for i, (limit, _) in enumerate(rules):
+        if limit is None or limit >= n_params:
+            return i
+    return None

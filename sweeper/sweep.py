@@ -41,6 +41,15 @@ class Sweep:
     rerun: str = "none"
     throughput: float = 2.0e9
     meta: dict[str, Any] = field(default_factory=dict)
+    resources: list[tuple[float | None, dict[str, Any]]] = field(default_factory=list)
+    """Validated ``sweep.resources`` rules (``sweeper.config.resource_rules``); empty: one launcher call
+    per phase with the launcher's own parameters."""
+
+    def rule(self, p: PlannedRun) -> int | None:
+        """The index of the resource rule of a run (None without rules)."""
+        from sweeper.config import resource_rule
+
+        return resource_rule(self.resources, p.coords["N"]) if self.resources else None
 
     @property
     def runs(self) -> list[PlannedRun]:
@@ -123,7 +132,13 @@ def dry_run(sweep: Sweep, out=sys.stdout) -> list[Decision]:
     return decisions
 
 
-def _manifest(sweep: Sweep, decisions: Sequence[Decision], outcome: dict[str, str] | None) -> dict[str, Any]:
+def _manifest(
+    sweep: Sweep,
+    decisions: Sequence[Decision],
+    outcome: dict[str, str] | None,
+    jobs: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    rules = {d.planned.name: sweep.rule(d.planned) for d in decisions}
     runs = [
         {
             "id": d.planned.run_id,
@@ -134,6 +149,8 @@ def _manifest(sweep: Sweep, decisions: Sequence[Decision], outcome: dict[str, st
             "status_after": (outcome or {}).get(d.planned.name),
             "coords": d.planned.coords,
             "overrides": d.planned.overrides,
+            "job": (jobs or {}).get(d.planned.name),
+            "resources": None if rules[d.planned.name] is None else sweep.resources[rules[d.planned.name]][1],
         }
         for d in decisions
     ]
@@ -203,8 +220,11 @@ def _mtime(path: Path) -> int | None:
         return None
 
 
-def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bool = True) -> dict[str, str]:
+def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> dict[str, str]:
     """Launch every phase (waiting for each), keep the manifest current; return name → final status.
+    With resource rules (``sweep.resources``) a phase's runs are launched one rule at a time, in rule
+    order, as ``launch(overrides, resources=<the rule's launcher keys>)``; without, as
+    ``launch(overrides)``. Job numbers count launched runs in launch order (the manifest's ``job``).
     Raises ``SweepError`` at the end if a launched run did not finish (done or diverged)."""
     decisions = decide(sweep.runs, sweep.rerun)
     write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None))
@@ -213,6 +233,7 @@ def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bo
     )
     by_name = {d.planned.name: d for d in decisions}
     errors: dict[str, str] = {}
+    jobs: dict[str, int] = {}
     for phase in sweep.phases:
         todo = [p for p in phase if by_name[p.name].launch]
         todo = [p for p in todo if _parent_ready(p, by_name)]
@@ -221,17 +242,27 @@ def execute(sweep: Sweep, launch: Callable[[list[list[str]]], Any], progress: bo
                 shutil.rmtree(p.out_dir)
         if not todo:
             continue
+        groups: dict[int | None, list[PlannedRun]] = {}
+        for p in todo:
+            groups.setdefault(sweep.rule(p), []).append(p)
         bar = Progress(todo, progress)
         try:
-            returns = launch([p.overrides for p in todo]) or []
-            errors.update({p.name: e for p, r in zip(todo, returns, strict=False) if (e := _job_error(r))})
-        except Exception as e:  # a launcher that raises on a failed job: the records tell the rest
-            print(f"launcher: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-                  file=sys.stderr)  # fmt: skip
+            for rule in sorted(groups, key=lambda r: -1 if r is None else r):
+                group = groups[rule]
+                jobs.update({p.name: len(jobs) + i for i, p in enumerate(group)})
+                kwargs = {} if rule is None else {"resources": sweep.resources[rule][1]}
+                try:
+                    returns = launch([p.overrides for p in group], **kwargs) or []
+                    errors.update(
+                        {p.name: e for p, r in zip(group, returns, strict=False) if (e := _job_error(r))}
+                    )
+                except Exception as e:  # a launcher that raises on a failed job: the records tell the rest
+                    line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                    print(f"launcher: {type(e).__name__}: {line}", file=sys.stderr)
         finally:
             bar.close()
     outcome = {d.planned.name: run_status(d.planned.out_dir) for d in decisions}
-    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, outcome))
+    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, outcome, jobs))
     counts = {s: sum(1 for v in outcome.values() if v == s) for s in STATUSES}
     print(f"{counts_line(counts)}; details: python launch.py --status {sweep.sweep_dir}")
     bad = [d for d in decisions if d.launch and outcome[d.planned.name] not in ("done", "diverged")]

@@ -223,6 +223,9 @@ def test_paper_llm_dry_run_all_25_pairs_is_fast(tmp_path):
         (["train.lrr=0.1,0.2"], "train.lrr is not a config key"),
         (["sweep.rerun=everything"], "sweep.rerun='everything'"),
         (["experiment=nope"], "experiment/nope"),
+        (["sweep.resources=[{max_params:big,launcher:{mem_gb:2}}]"], "sweep.resources[0].max_params='big'"),
+        (["sweep.resources=[{max_params:null}]"], "sweep.resources[0].launcher=None"),
+        (["sweep.resources=[{max_params:1e6,launcher:{mem_gb:2},gpus:1}]"], "sweep.resources[0] has unknown"),
     ],
 )
 def test_bad_input_is_one_line_and_launches_nothing(tmp_path, overrides, named):
@@ -357,6 +360,63 @@ def test_submitit_local_sweep_lands_every_record(tmp_path, smoke):
     assert names == sorted(p.name for p in smoke[0].iterdir() if (p / "summary.json").exists())  # same ids
     assert all(json.loads((sweep_dir / n / "summary.json").read_text())["status"] == "done" for n in names)
     assert (sweep_dir / ".submitit").is_dir()
+    # no sweep.resources: one launcher call, every job with the launcher's own parameters, in plan order
+    submitted = _submitted(sweep_dir)
+    assert {s["timeout_min"] for s in submitted.values()} == {60}  # submitit_local's default
+    m = json.loads((sweep_dir / "manifest.json").read_text())
+    assert [(r["job"], r["resources"]) for r in m["runs"]] == [(i, None) for i in range(4)]
+    assert {r["name"]: r["job"] for r in m["runs"]} == {n: s["job"] for n, s in submitted.items()}
+
+
+def _submitted(sweep_dir: Path) -> dict[str, dict]:
+    """run name → the launcher parameters and Hydra job number each submitit job was submitted with
+    (read back from submitit's pickled submission: the launcher instance and its arguments)."""
+    import pickle
+
+    out = {}
+    for path in (sweep_dir / ".submitit").glob("*/*_submitted.pkl"):
+        with path.open("rb") as f:
+            delayed = pickle.load(f)
+        (out_dir,) = [o.split("=", 1)[1] for o in delayed.args[0] if o.startswith("out_dir=")]
+        out[Path(out_dir).name] = {**delayed.function.params, "job": delayed.args[2]}
+    return out
+
+
+def test_resources_by_run_size(tmp_path):
+    """sweep.resources: the small shape (N = 28,832) and the large one each get their rule's launcher
+    parameters, launched as one group per rule; the basic launcher ignores the rules (says so once)."""
+    rules = (
+        "sweep.resources=[{max_params:3e4,launcher:{timeout_min:7}},"
+        "{max_params:null,launcher:{timeout_min:9}}]"
+    )
+    sweep_dir = tmp_path / "res"
+    r = sweep(sweep_dir, "hydra/launcher=submitit_local", rules)
+    assert r.returncode == 0, r.stderr
+    submitted = _submitted(sweep_dir)
+    m = json.loads((sweep_dir / "manifest.json").read_text())
+    assert len(submitted) == 4 and m["counts"]["launched"] == 4
+    for run in m["runs"]:
+        small = run["coords"]["N"] <= 3e4
+        assert ("_d32L1_" in run["name"]) == small
+        assert submitted[run["name"]]["timeout_min"] == (7 if small else 9)
+        assert run["resources"] == {"timeout_min": 7 if small else 9}
+        assert submitted[run["name"]]["job"] == run["job"]  # the manifest's job numbers are Hydra's
+    # the small group is launched first: jobs 0, 1 are the small runs, 2, 3 the large ones
+    assert sorted(r["job"] for r in m["runs"] if r["coords"]["N"] <= 3e4) == [0, 1]
+    assert all(
+        json.loads((sweep_dir / n / "summary.json").read_text())["status"] == "done" for n in submitted
+    )
+    # no rule covers a run: a one-line error; an unknown launcher key: the same
+    for bad, named in (
+        ("sweep.resources=[{max_params:3e4,launcher:{timeout_min:7}}]", "no rule has max_params >= N="),
+        ("sweep.resources=[{max_params:null,launcher:{timeout_mn:7}}]", "resources[0].launcher has unknown"),
+    ):
+        r = sweep(tmp_path / "bad", "hydra/launcher=submitit_local", "sweep.dry_run=true", bad)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and named in lines[0], r.stderr
+    r = sweep(tmp_path / "basic", "sweep.dry_run=true", rules)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("sweep.resources ignored") == 1
 
 
 def _metrics(run_dir: Path) -> list[dict]:

@@ -60,6 +60,11 @@ class MxSweeper(Sweeper):
         settings = self.config.sweep
         tic = time.perf_counter()
         plan = self.plan(arguments)
+        if plan.resources and not self._launcher_params():
+            target = self.config.hydra.launcher.get("_target_")
+            print(f"sweep.resources ignored: {target} has no per-job resources (use a submitit launcher)",
+                  file=sys.stderr)  # fmt: skip
+            plan.resources = []
         if settings.dry_run:
             decisions = dry_run(plan)
             print(f"planned and previewed in {time.perf_counter() - tic:.2f} s")
@@ -72,7 +77,7 @@ class MxSweeper(Sweeper):
 
     def plan(self, arguments: list[str]) -> Any:
         """The typed, validated ``sweeper.sweep.Sweep`` of these overrides (nothing is written)."""
-        from sweeper.config import sweep_settings, to_run_config
+        from sweeper.config import resource_rules, sweep_settings, to_run_config
         from sweeper.grid import SweepError, branch, expand
         from sweeper.sweep import Sweep, check_unique
         from train.config import TASKS
@@ -102,12 +107,39 @@ class MxSweeper(Sweeper):
                 phase2 += branch(runs, sweep, sweep_dir)
             last = sweep
         check_unique(phase1 + phase2)
+        rules = resource_rules(last.resources)
+        self._check_resources(rules, phase1 + phase2)
         meta = {
             "argv": sys.argv,
             "cwd": os.getcwd(),
             "launcher": str(self.config.hydra.launcher.get("_target_")),
         }
-        return Sweep(name, sweep_dir, [p for p in (phase1, phase2) if p], last.rerun, last.throughput, meta)
+        phases = [p for p in (phase1, phase2) if p]
+        return Sweep(name, sweep_dir, phases, last.rerun, last.throughput, meta, rules)
+
+    def _launcher_params(self) -> dict[str, Any] | None:
+        """The launcher's executor parameters (hydra-submitit-launcher keeps them in ``params``)."""
+        params = getattr(self.launcher, "params", None)
+        return params if isinstance(params, dict) else None
+
+    def _check_resources(self, rules: list[tuple[float | None, dict[str, Any]]], runs: list[Any]) -> None:
+        from sweeper.config import resource_rule
+        from sweeper.grid import SweepError
+
+        params = self._launcher_params()
+        for i, (_, launcher) in enumerate(rules):
+            unknown = sorted(set(launcher) - set(params)) if params is not None else []
+            if unknown:
+                raise SweepError(
+                    f"sweep.resources[{i}].launcher has unknown key(s) {unknown}; "
+                    f"hydra.launcher takes: {', '.join(sorted(params))}"
+                )
+        for p in runs if rules else []:
+            if resource_rule(rules, p.coords["N"]) is None:
+                raise SweepError(
+                    f"sweep.resources: no rule has max_params >= N={p.coords['N']} (run {p.name}); "
+                    "end the list with a rule of max_params: null"
+                )
 
     def combinations(self, arguments: list[str]) -> list[tuple[list[str], dict[str, str]]]:
         """Every combination of the ordinary sweep overrides: (its override list, {swept key: value})."""
@@ -134,15 +166,24 @@ class MxSweeper(Sweeper):
             out.append(([f"{k}={v}" for k, v, _ in combo], {k: v for k, v, s in combo if s}))
         return out
 
-    def _launch(self, batch: list[list[str]]) -> list[Any]:
+    def _launch(self, batch: list[list[str]], resources: dict[str, Any] | None = None) -> list[Any]:
+        """Launch one group of jobs; ``resources`` (a ``sweep.resources`` rule's launcher keys) change the
+        launcher's executor parameters for this group only."""
         assert self.launcher is not None
-        size = self.max_batch_size or len(batch)
-        returns = []
-        for i in range(0, len(batch), size):
-            chunk = batch[i : i + size]
-            returns += list(self.launcher.launch(chunk, initial_job_idx=self.job_idx))
-            self.job_idx += len(chunk)
-        return returns
+        saved = self._launcher_params()
+        if resources and saved is not None:
+            self.launcher.params = {**saved, **resources}
+        try:
+            size = self.max_batch_size or len(batch)
+            returns = []
+            for i in range(0, len(batch), size):
+                chunk = batch[i : i + size]
+                start, self.job_idx = self.job_idx, self.job_idx + len(chunk)
+                returns += list(self.launcher.launch(chunk, initial_job_idx=start))
+            return returns
+        finally:
+            if resources and saved is not None:
+                self.launcher.params = saved
 
 
 def _check_conflicts(combo: list[str], settings: dict[str, Any]) -> None:
