@@ -757,182 +757,155 @@ def run_study(
     ``threads``: torch intra-op threads while it runs (see ``torch_threads``; None keeps the setting).
     """
     with torch_threads(threads):
-        return _run_study(
-            out_dir,
-            sigmas=sigmas,
-            block_sizes=block_sizes,
-            scales=scales,
-            n_samples=n_samples,
-            weights=weights,
+        import pandas as pd
+        import torch
+
+        from train import record
+
+        t_start = time.perf_counter()
+        names = [variant(s).name for s in scales]
+        cfg = StudyConfig(
             elem=elem,
-            seed=seed,
+            sigmas=[float(s) for s in sigmas],
+            block_sizes=[int(b) for b in block_sizes],
+            scales=names,
+            n_samples=int(n_samples),
+            seed=int(seed),
+            weights=bool(weights),
             layer_rows=layer_rows,
-            weight_rows=weight_rows,
-            overwrite=overwrite,
-            log=log,
+            weight_rows=int(weight_rows),
         )
-
-
-def _run_study(
-    out_dir: str | Path,
-    *,
-    sigmas: Sequence[float] = DEFAULT_SIGMAS,
-    block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
-    scales: Sequence[str] = STUDY_SCALES,
-    n_samples: int = DEFAULT_N,
-    weights: bool = True,
-    elem: str = "fp4_e2m1",
-    seed: int = 0,
-    layer_rows: int | None = None,
-    weight_rows: int = 64,
-    overwrite: bool = False,
-    log=print,
-) -> dict:
-    import pandas as pd
-    import torch
-
-    from train import record
-
-    t_start = time.perf_counter()
-    names = [variant(s).name for s in scales]
-    cfg = StudyConfig(
-        elem=elem,
-        sigmas=[float(s) for s in sigmas],
-        block_sizes=[int(b) for b in block_sizes],
-        scales=names,
-        n_samples=int(n_samples),
-        seed=int(seed),
-        weights=bool(weights),
-        layer_rows=layer_rows,
-        weight_rows=int(weight_rows),
-    )
-    W = load_minilm() if weights else None  # fail fast, before the record exists
-    run_dir = Path(out_dir)
-    record.prepare(run_dir, cfg, overwrite=overwrite)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a rerun of an unfinished record starts over
-    summary: dict = {"status": "running", "kind": "block_size_study", "table": TABLE}
-    record.write_summary(run_dir, summary)
-    timings: dict[str, float] = {}
-    try:
-        # 1. Theory and Monte Carlo on the grid (the same standard normals for every σ and block).
-        t0 = time.perf_counter()
-        rw = RescaledWeights(W, weight_rows) if W is not None else None
-        rows = []
-        t_theory = t_mc = t_w = 0.0
-        for sc in names:
-            for b in cfg.block_sizes:
-                for s in cfg.sigmas:
-                    t1 = time.perf_counter()
-                    terms = mse_terms(s, b, sc, elem=elem, numel=cfg.n_samples)
-                    t2 = time.perf_counter()
-                    mc = monte_carlo(s, b, sc, elem=elem, n=cfg.n_samples, seed=cfg.seed)
-                    t3 = time.perf_counter()
-                    wt = rw.rel_err(s, b, sc, elem=elem) if rw is not None else None
-                    t_theory, t_mc, t_w = t_theory + t2 - t1, t_mc + t3 - t2, t_w + time.perf_counter() - t3
-                    row = {
-                        "scale": sc,
-                        "block_size": b,
-                        "sigma": s,
-                        "theory": terms["total"],
-                        "monte_carlo": mc,
-                        "rel_dev": terms["total"] / mc - 1,
-                        "term_nonmax": terms["nonmax"],
-                        "term_max": terms["max"],
-                        "term_underflow": terms["underflow"],
-                        "weights_rescaled": wt,
-                    }
-                    record.append_metrics(run_dir, row)
-                    rows.append(row)
-            log(f"[blocksize] {sc}: {len(cfg.block_sizes) * len(cfg.sigmas)} points")
-        timings |= {"theory_s": t_theory, "monte_carlo_s": t_mc, "weights_rescaled_s": t_w}
-        grid = pd.DataFrame(rows)
-        tables = {"grid": _write_table(grid, run_dir, "blocksize")}
-        timings["grid_s"] = time.perf_counter() - t0
-
-        # 2. Crossovers: theory for every pair, real weights (rescaled) for the float scales.
-        t0 = time.perf_counter()
-        cross = []
-        for sc in names:
-            for a, b in CROSSOVER_PAIRS:
-                if a not in cfg.block_sizes or b not in cfg.block_sizes:
-                    continue
-                th = crossover_sigma(a, b, sc, elem=elem)
-                wt = None
-                if (
-                    rw is not None
-                    and variant(sc).scale in ("ue4m3", "ue5m3")
-                    and not variant(sc).global_scale
-                ):
-                    wt = weight_crossover(rw, a, b, sc, elem=elem) if b <= 64 else None
-                wf = worse_fraction(a, b, sc, elem=elem) if variant(sc).scale == "e8m0" else None
-                cross.append(
-                    {
-                        "scale": sc,
-                        "small": a,
-                        "large": b,
-                        "theory_sigma": th,
-                        "weights_sigma": wt,
-                        "worse_fraction_octave": wf,
-                    }
-                )
-        cols = ["scale", "small", "large", "theory_sigma", "weights_sigma", "worse_fraction_octave"]
-        cross_df = pd.DataFrame(cross, columns=cols)  # typed columns even when no pair was compared
-        tables["crossovers"] = _write_table(cross_df, run_dir, "crossovers")
-        timings["crossovers_s"] = time.perf_counter() - t0
-
-        # 3. Real weights at their own magnitude, per layer.
-        layers_df = None
-        if W is not None:
+        W = load_minilm() if weights else None  # fail fast, before the record exists
+        run_dir = Path(out_dir)
+        record.prepare(run_dir, cfg, overwrite=overwrite)
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a rerun of an unfinished record starts over
+        summary: dict = {"status": "running", "kind": "block_size_study", "table": TABLE}
+        record.write_summary(run_dir, summary)
+        timings: dict[str, float] = {}
+        try:
+            # 1. Theory and Monte Carlo on the grid (the same standard normals for every σ and block).
             t0 = time.perf_counter()
-            layers_df = pd.DataFrame(weight_errors(W, cfg.block_sizes, names, elem=elem, rows=layer_rows))
-            layers_df["shape"] = layers_df["shape"].map(lambda s: "x".join(map(str, s)))
-            tables["layers"] = _write_table(layers_df, run_dir, "layers")
-            timings["weights_layers_s"] = time.perf_counter() - t0
+            rw = RescaledWeights(W, weight_rows) if W is not None else None
+            rows = []
+            t_theory = t_mc = t_w = 0.0
+            for sc in names:
+                for b in cfg.block_sizes:
+                    for s in cfg.sigmas:
+                        t1 = time.perf_counter()
+                        terms = mse_terms(s, b, sc, elem=elem, numel=cfg.n_samples)
+                        t2 = time.perf_counter()
+                        mc = monte_carlo(s, b, sc, elem=elem, n=cfg.n_samples, seed=cfg.seed)
+                        t3 = time.perf_counter()
+                        wt = rw.rel_err(s, b, sc, elem=elem) if rw is not None else None
+                        t_theory, t_mc, t_w = (
+                            t_theory + t2 - t1,
+                            t_mc + t3 - t2,
+                            t_w + time.perf_counter() - t3,
+                        )
+                        row = {
+                            "scale": sc,
+                            "block_size": b,
+                            "sigma": s,
+                            "theory": terms["total"],
+                            "monte_carlo": mc,
+                            "rel_dev": terms["total"] / mc - 1,
+                            "term_nonmax": terms["nonmax"],
+                            "term_max": terms["max"],
+                            "term_underflow": terms["underflow"],
+                            "weights_rescaled": wt,
+                        }
+                        record.append_metrics(run_dir, row)
+                        rows.append(row)
+                log(f"[blocksize] {sc}: {len(cfg.block_sizes) * len(cfg.sigmas)} points")
+            timings |= {"theory_s": t_theory, "monte_carlo_s": t_mc, "weights_rescaled_s": t_w}
+            grid = pd.DataFrame(rows)
+            tables = {"grid": _write_table(grid, run_dir, "blocksize")}
+            timings["grid_s"] = time.perf_counter() - t0
 
-        # 4. Figures.
-        t0 = time.perf_counter()
-        figures = plot_study(run_dir, grid, cross_df, layers_df, elem=elem)
-        timings["figures_s"] = time.perf_counter() - t0
+            # 2. Crossovers: theory for every pair, real weights (rescaled) for the float scales.
+            t0 = time.perf_counter()
+            cross = []
+            for sc in names:
+                for a, b in CROSSOVER_PAIRS:
+                    if a not in cfg.block_sizes or b not in cfg.block_sizes:
+                        continue
+                    th = crossover_sigma(a, b, sc, elem=elem)
+                    wt = None
+                    if (
+                        rw is not None
+                        and variant(sc).scale in ("ue4m3", "ue5m3")
+                        and not variant(sc).global_scale
+                    ):
+                        wt = weight_crossover(rw, a, b, sc, elem=elem) if b <= 64 else None
+                    wf = worse_fraction(a, b, sc, elem=elem) if variant(sc).scale == "e8m0" else None
+                    cross.append(
+                        {
+                            "scale": sc,
+                            "small": a,
+                            "large": b,
+                            "theory_sigma": th,
+                            "weights_sigma": wt,
+                            "worse_fraction_octave": wf,
+                        }
+                    )
+            cols = ["scale", "small", "large", "theory_sigma", "weights_sigma", "worse_fraction_octave"]
+            cross_df = pd.DataFrame(cross, columns=cols)  # typed columns even when no pair was compared
+            tables["crossovers"] = _write_table(cross_df, run_dir, "crossovers")
+            timings["crossovers_s"] = time.perf_counter() - t0
 
-        band = grid[(grid.sigma >= 0.005) & (grid.sigma <= 0.05)]
-        summary = {
-            "status": "done",
-            "kind": "block_size_study",
-            "table": tables["grid"][0],
-            "tables": tables,
-            "figures": figures,
-            "n_points": len(grid),
-            "max_abs_rel_dev": float(grid.rel_dev.abs().max()),
-            "max_abs_rel_dev_sigma_0.005_0.05": float(band.rel_dev.abs().max()) if len(band) else None,
-            "crossovers": {
-                f"{r.scale}:{r.small}v{r.large}": {
-                    "theory": _num(r.theory_sigma),
-                    "weights": _num(r.weights_sigma),
-                }
-                | (
-                    {"worse_fraction_octave": _num(r.worse_fraction_octave)}
-                    if _num(r.worse_fraction_octave) is not None
-                    else {}
-                )
-                for r in cross_df.itertuples()
-            },
-            "weights": _weights_summary(layers_df, rw) if W is not None else None,
-            "torch_threads": torch.get_num_threads(),
-            "timings": timings,
-            "wall_time": time.perf_counter() - t_start,
-        }
-        summary.update(record.environment())
-        record.write_summary(run_dir, summary)
-        log(f"[blocksize] done in {summary['wall_time']:.1f}s: {run_dir}")
-        return summary
-    except BaseException as exc:
-        summary = {
-            "status": "failed" if isinstance(exc, Exception) else "interrupted",
-            "kind": "block_size_study",
-        }
-        summary |= {"error": f"{type(exc).__name__}: {exc}", "wall_time": time.perf_counter() - t_start}
-        record.write_summary(run_dir, summary)
-        raise
+            # 3. Real weights at their own magnitude, per layer.
+            layers_df = None
+            if W is not None:
+                t0 = time.perf_counter()
+                layers_df = pd.DataFrame(weight_errors(W, cfg.block_sizes, names, elem=elem, rows=layer_rows))
+                layers_df["shape"] = layers_df["shape"].map(lambda s: "x".join(map(str, s)))
+                tables["layers"] = _write_table(layers_df, run_dir, "layers")
+                timings["weights_layers_s"] = time.perf_counter() - t0
+
+            # 4. Figures.
+            t0 = time.perf_counter()
+            figures = plot_study(run_dir, grid, cross_df, layers_df, elem=elem)
+            timings["figures_s"] = time.perf_counter() - t0
+
+            band = grid[(grid.sigma >= 0.005) & (grid.sigma <= 0.05)]
+            summary = {
+                "status": "done",
+                "kind": "block_size_study",
+                "table": tables["grid"][0],
+                "tables": tables,
+                "figures": figures,
+                "n_points": len(grid),
+                "max_abs_rel_dev": float(grid.rel_dev.abs().max()),
+                "max_abs_rel_dev_sigma_0.005_0.05": float(band.rel_dev.abs().max()) if len(band) else None,
+                "crossovers": {
+                    f"{r.scale}:{r.small}v{r.large}": {
+                        "theory": _num(r.theory_sigma),
+                        "weights": _num(r.weights_sigma),
+                    }
+                    | (
+                        {"worse_fraction_octave": _num(r.worse_fraction_octave)}
+                        if _num(r.worse_fraction_octave) is not None
+                        else {}
+                    )
+                    for r in cross_df.itertuples()
+                },
+                "weights": _weights_summary(layers_df, rw) if W is not None else None,
+                "torch_threads": torch.get_num_threads(),
+                "timings": timings,
+                "wall_time": time.perf_counter() - t_start,
+            }
+            summary.update(record.environment())
+            record.write_summary(run_dir, summary)
+            log(f"[blocksize] done in {summary['wall_time']:.1f}s: {run_dir}")
+            return summary
+        except BaseException as exc:
+            summary = {
+                "status": "failed" if isinstance(exc, Exception) else "interrupted",
+                "kind": "block_size_study",
+            }
+            summary |= {"error": f"{type(exc).__name__}: {exc}", "wall_time": time.perf_counter() - t_start}
+            record.write_summary(run_dir, summary)
+            raise
 
 
 def _num(x) -> float | str | None:

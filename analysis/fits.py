@@ -343,21 +343,17 @@ def fit_chinchilla(
             q = 100 * np.array([(1 - ci) / 2, (1 + ci) / 2])
             lo, hi = np.percentile(arr, q, axis=0)
             intervals = {p: (float(lo[j]), float(hi[j])) for j, p in enumerate(PARAMS)}
+    return _fit_from(
+        x, lnN, lnD, lnL, objective=float(obj), loss=loss, include_diverged=include_diverged,
+        ci=intervals, ci_level=ci, n_bootstrap=bootstrap,
+    )  # fmt: skip
+
+
+def _fit_from(x: np.ndarray, lnN, lnD, lnL, **fields) -> ChinchillaFit:
+    """The ChinchillaFit of log-space parameters ``x`` (log E, log A, log B, α, β) on these data."""
     E, A, B, alpha, beta = _natural(x)
     return ChinchillaFit(
-        E=E,
-        A=A,
-        B=B,
-        alpha=alpha,
-        beta=beta,
-        r2=_r2(x, lnN, lnD, lnL),
-        n=len(L),
-        objective=float(obj),
-        loss=loss,
-        include_diverged=include_diverged,
-        ci=intervals,
-        ci_level=ci,
-        n_bootstrap=bootstrap,
+        E=E, A=A, B=B, alpha=alpha, beta=beta, r2=_r2(x, lnN, lnD, lnL), n=len(lnN), **fields
     )
 
 
@@ -402,18 +398,8 @@ def fit_chinchilla_study(
         res = minimize(f, np.array(x0, dtype=float), jac=True, method="L-BFGS-B", options={"maxiter": 200})
         if res.fun < best_v:
             best_x, best_v = res.x, float(res.fun)
-    E, A, B, alpha, beta = _natural(best_x)
-    return ChinchillaFit(
-        E=E,
-        A=A,
-        B=B,
-        alpha=alpha,
-        beta=beta,
-        r2=_r2(best_x, lnN, lnD, lnL),
-        n=len(L),
-        objective=best_v * delta,
-        loss=loss,
-        include_diverged=include_diverged,
+    return _fit_from(
+        best_x, lnN, lnD, lnL, objective=best_v * delta, loss=loss, include_diverged=include_diverged
     )
 
 
