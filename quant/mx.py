@@ -32,7 +32,10 @@ Algorithm, per block (all arithmetic fp32; bf16/fp16 inputs are upcast exactly f
    ±max_elem. The result is P · S.
 
 Grid rounding is exact: with e = max(floor(log2 |y|), emin) the grid step is q = 2**(e − mbits), a
-power of two built from bits, so |y| / q is exact and only the final integer rounding decides.
+power of two built from bits, so |y| / q is exact and only the final integer rounding decides. For
+round-to-nearest-even the hardware does that rounding for us: M = 2**(e − mbits + 23) has an fp32
+ulp of exactly q and M > |y|, so the fp32 sum |y| + M is |y| rounded to a multiple of q, ties to
+even, and (|y| + M) − M recovers it exactly: two adds instead of divide, round and multiply.
 
 Dims not divisible by the block size: the trailing partial block is treated as a block of its own,
 shorter length (zero padding cannot change its max), as microxcaling does.
@@ -159,8 +162,15 @@ def _pow2(k: torch.Tensor) -> torch.Tensor:
 def _round_to_grid(y: torch.Tensor, grid: Grid, rounding: Rounding, u: torch.Tensor | None) -> torch.Tensor:
     """Round fp32 ``y`` onto ``grid`` (subnormals kept), saturating to ±grid.max. NaN stays NaN."""
     a = y.abs()
+    if rounding is Rounding.EVEN and grid.emin - grid.mbits >= -126 and grid.emax - grid.mbits <= 103:
+        # The hot path (every MX element and scale grid), the add trick of the module docstring:
+        # k is log2 of the grid step, a < 2**(k + mbits + 1) <= M = 2**(k + 23). Exponents above
+        # emax + 1 are clamped there: such |y| saturate anyway, and M stays finite.
+        k = _exponent(a).clamp(grid.emin, grid.emax + 1) - grid.mbits
+        m = ((k + (23 + 127)) << 23).view(torch.float32)
+        return torch.copysign(torch.clamp((a + m) - m, max=grid.max), y)
     k = _exponent(a).clamp(grid.emin, 127) - grid.mbits  # log2 of the grid step at |y|
-    # Every MX element and scale grid has steps >= 2**-126: one shift builds them (no subnormal branch).
+    # Grids with steps >= 2**-126 get q from one shift; bf16's reaches fp32 subnormals.
     q = ((k + 127) << 23).view(torch.float32) if grid.emin - grid.mbits >= -126 else _pow2(k)
     t = a / q  # exact: q is a power of two
     if rounding is Rounding.EVEN:
@@ -187,8 +197,8 @@ def _pow2_scale(amax: torch.Tensor, elem: ElemFormat, spec: QuantSpec) -> torch.
     return e.clamp(lo, hi)
 
 
-def _block_scales(xf: torch.Tensor, amax: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """(S, 1/S) per block, fp32, for block maxima ``amax`` of the fp32 tensor ``xf``."""
+def _block_scales(amax: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(S, 1/S) per block, fp32, from the block maxima ``amax`` (all of them: one tensor)."""
     elem, kind = spec.elem, spec.scale.kind
     if kind is ScaleKind.POW2:
         # int32 exponent: scale and its inverse are exact powers of two (2**-127 is subnormal).
@@ -197,7 +207,7 @@ def _block_scales(xf: torch.Tensor, amax: torch.Tensor, spec: QuantSpec) -> tupl
     s = amax / elem.max
     g = None
     if spec.global_scale:
-        g = xf.abs().amax() / (elem.max * spec.scale.max)
+        g = amax.amax() / (elem.max * spec.scale.max)  # the tensor max is the max of block maxima
         g = torch.where((g > 0) & torch.isfinite(g), g, torch.ones_like(g))
         s = s / g
     if kind is ScaleKind.FLOAT:
@@ -211,7 +221,7 @@ def _fake_quant_blocks(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None)
     """Fake-quantize ``x`` of shape (pre, nblocks, block, post) along dim 2. Returns x.dtype."""
     xf = x.float()
     amax = xf.abs().amax(dim=2, keepdim=True)  # (pre, nb, 1, post); NaN propagates
-    scale, inv = _block_scales(xf, amax, spec)
+    scale, inv = _block_scales(amax, spec)
     out = _round_to_grid(xf * inv, spec.elem.grid, spec.rounding, u) * scale
     # With the ceil rule a block max near the fp32 max can round up past it: keep such values finite.
     out = torch.where(torch.isfinite(amax), out.clamp(-_F32_MAX, _F32_MAX), float("nan"))
@@ -376,7 +386,7 @@ def clip_fraction(
     x4, _ = _as_blocks(x.detach(), axis, spec.block_size)
     xf = x4.float()
     amax = xf.abs().amax(dim=2, keepdim=True)
-    _, inv = _block_scales(xf, amax, spec)
+    _, inv = _block_scales(amax, spec)
     clipped = ((xf * inv).abs() > spec.elem.max) & torch.isfinite(amax)
     n = x.numel()
     return float(clipped.sum()) / n if n else 0.0
