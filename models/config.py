@@ -27,6 +27,7 @@ HEAD_DIM = 64
 """Default head size: d = 64·L and n_heads = d / 64 (the study's shape rule)."""
 
 LM_MLPS = ("gelu", "swiglu")
+LM_INITS = ("width", "fan_in")
 PROXY_ACTIVATIONS = ("gelu", "relu", "swiglu", "linear")
 
 
@@ -61,6 +62,9 @@ class LMConfig:
     """``gelu`` (ratio-4 MLP, as the study) or ``swiglu`` (hidden round(8d/3), same parameters)."""
     rope_theta: float = 10000.0
     """RoPE base."""
+    init_std: str = "width"
+    """Base σ of every Linear's truncated-normal init: ``width`` = 1/√d for all of them (the study's
+    description), ``fan_in`` = 1/√in_features (OLMo's code; only ``mlp.down`` differs, 1/√(4d))."""
 
     def __post_init__(self):
         _check_min("depth", self.depth, 1)
@@ -68,6 +72,7 @@ class LMConfig:
         _check_min("d_model", self.d_model, 1)
         _check_min("n_heads", self.n_heads, 1)
         _check_choice("mlp", self.mlp, LM_MLPS)
+        _check_choice("init_std", self.init_std, LM_INITS)
         if not self.rope_theta > 0:
             raise ValueError(f"model.rope_theta must be > 0, got {self.rope_theta}")
         d = self.width

@@ -18,12 +18,11 @@ Architecture (OLMo ``block_type: sequential``):
   h = round(8d/3), ``silu(gate) * x``, ``down`` h → d; 3·h·d ≈ 8·d² parameters, equal when 3 | d.
 * Attention is explicit: ``quant.MatMul`` for QKᵀ and PV, a -inf causal mask and an ``nn.Softmax``
   module, so ``quant.convert`` can quantize both matmuls and round the softmax. No SDPA.
-* Init ("mitchell", OLMo's ``init_weights``): truncated normal cut at ±3σ with σ = 1/√fan_in, and
-  the residual output projections (``attn.out``, ``mlp.down``) scaled by 1/√(2(layer+1)). fan_in is d
-  for every weight except ``mlp.down`` (4d, or h), exactly as OLMo passes ``d=ff_out.in_features``.
-  Embedding and head use σ = 1/√d; LayerNorm weights start at 1. Note: the study's summary (and our
-  issue text) says "std 1/√d for every weight"; we keep OLMo's code, whose down-projection σ is
-  1/√(4d)·1/√(2(layer+1)), i.e. half of that for the GeLU MLP. ``tests/test_models.py`` pins it.
+* Init ("mitchell", as OLMo's ``init_weights``): truncated normal cut at ±3σ, the residual output
+  projections (``attn.out``, ``mlp.down``) scaled by 1/√(2(layer+1)). Base σ = 1/√d for every weight
+  (``init_std="width"``, the study's description and our default); ``init_std="fan_in"`` follows
+  OLMo's code instead, which passes ``d=ff_out.in_features`` and so gives ``mlp.down`` 1/√(4d) (or
+  1/√h), half the σ for the GeLU MLP. Embedding and head use 1/√d; LayerNorm weights start at 1.
 
 The model is precision-agnostic: plain modules only. ``quant.convert(model, policy)`` makes it MX.
 """
@@ -127,7 +126,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: LMConfig, layer: int):
         super().__init__()
-        self.layer = layer
+        self.layer, self.width, self.init_fan_in = layer, cfg.width, cfg.init_std == "fan_in"
         self.attn_norm, self.attn = _norm(cfg.width), Attention(cfg)
         self.mlp_norm, self.mlp = _norm(cfg.width), MLP(cfg)
 
@@ -144,7 +143,8 @@ class Block(nn.Module):
             (self.mlp.up, 1.0),
             (self.mlp.down, residual),
         ):
-            _trunc_normal_(lin.weight, scale / math.sqrt(lin.in_features))
+            fan_in = lin.in_features if self.init_fan_in else self.width
+            _trunc_normal_(lin.weight, scale / math.sqrt(fan_in))
         for norm in (self.attn_norm, self.mlp_norm, self.attn.q_norm, self.attn.k_norm):
             norm.reset_parameters()
 

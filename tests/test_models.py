@@ -122,10 +122,12 @@ def test_rope_score_depends_only_on_offset():
     torch.testing.assert_close(rq.norm(dim=-1), q.double().norm().expand(T))  # rotations keep norms
 
 
-def test_lm_init_std_and_truncation():
-    cfg = LMConfig(depth=3, vocab_size=512)
+@pytest.mark.parametrize("init_std", ["width", "fan_in"])
+def test_lm_init_std_and_truncation(init_std):
+    cfg = LMConfig(depth=3, vocab_size=512, init_std=init_std)
     model = build_lm(cfg, seed=0)
     d = cfg.width
+    down_fan_in = 4 * d if init_std == "fan_in" else d  # OLMo's code vs the study's 1/√d everywhere
     trunc = 0.98658  # std of a normal truncated at ±3σ, relative to σ
     expected = {"embed.weight": 1 / math.sqrt(d), "head.weight": 1 / math.sqrt(d)}
     for i in range(cfg.depth):
@@ -134,7 +136,7 @@ def test_lm_init_std_and_truncation():
             f"blocks.{i}.attn.qkv.weight": 1 / math.sqrt(d),
             f"blocks.{i}.attn.out.weight": res / math.sqrt(d),
             f"blocks.{i}.mlp.up.weight": 1 / math.sqrt(d),
-            f"blocks.{i}.mlp.down.weight": res / math.sqrt(4 * d),  # fan-in 4d (OLMo), not 1/√d
+            f"blocks.{i}.mlp.down.weight": res / math.sqrt(down_fan_in),
         }
     params = dict(model.named_parameters())
     for name, sigma in expected.items():
@@ -306,6 +308,7 @@ def test_registry():
         (LMConfig, dict(d_model=96, n_heads=32), "model.n_heads"),  # head size 3: odd, no RoPE
         (LMConfig, dict(mlp="relu"), "model.mlp='relu'"),
         (LMConfig, dict(rope_theta=0.0), "model.rope_theta"),
+        (LMConfig, dict(init_std="xavier"), "model.init_std='xavier'"),
         (ProxyConfig, dict(depth=0), "model.depth"),
         (ProxyConfig, dict(width=0), "model.width"),
         (ProxyConfig, dict(activation="tanh"), "model.activation='tanh'"),
