@@ -17,7 +17,12 @@ Only the ``RunConfig`` part of the root is a run: ``to_run_config`` drops ``budg
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -215,3 +220,43 @@ def resource_rule(rules: list[tuple[float | None, dict[str, Any]]], n_params: fl
         if limit is None or limit >= n_params:
             return i
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolvers, registered on import (launch.py and every job process import this module). They make a
+# run's directory the same on every rank of a torchrun (DDP) launch: each rank composes the config
+# itself, and two ranks starting a second apart must not get two run directories, or find two
+# different checkpoints when they resume.
+
+
+@functools.cache
+def launch_time(fmt: str) -> str:
+    """``${launch_time:%Y%m%d-%H%M%S}``: the start of this launch, formatted. Under torchrun it is the
+    start of the elastic agent that spawned the ranks (shared by all of them); otherwise now."""
+    if int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1:
+        raise ValueError(
+            "a multi-node torchrun launch cannot agree on a default run directory; pass out_dir=... "
+            "(the same path on every node)"
+        )
+    start = _agent_start() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    return datetime.fromtimestamp(start or time.time()).strftime(fmt)
+
+
+def _agent_start() -> float | None:
+    """Unix start time of the parent process (torchrun's agent) from /proc, or None off Linux."""
+    try:
+        fields = Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()
+        btime = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime in ticks
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def rank0_only(value: str) -> str | None:
+    """``${rank0_only:.hydra}``: ``value`` on rank 0 and None on the others (hydra.output_subdir: one
+    copy of the composed config per run, not one per rank)."""
+    return value if int(os.environ.get("RANK", "0")) == 0 else None
+
+
+OmegaConf.register_new_resolver("launch_time", launch_time, replace=True)
+OmegaConf.register_new_resolver("rank0_only", rank0_only, replace=True)

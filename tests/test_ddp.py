@@ -87,3 +87,43 @@ def test_each_rank_gets_its_shard_of_the_global_batch(monkeypatch):
     for i in (0, 1):  # inputs, targets
         assert shards[0][i].shape == (4, 32)
         assert torch.equal(torch.cat([shards[0][i], shards[1][i]]), full[i])
+
+
+def _stamp(env: dict[str, str]) -> str:
+    code = "import sweeper.config as c; print(c.launch_time('%Y%m%d-%H%M%S.%f'), c.rank0_only('.hydra'))"
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip()
+
+
+def test_ranks_agree_on_the_default_run_directory():
+    """Every rank composes ``out_dir: outputs/runs/${task}-${launch_time:...}`` itself: under torchrun
+    the stamp is the agent's (here: this test process's) start, so ranks started apart agree."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "TORCHELASTIC_RUN_ID", "GROUP_WORLD_SIZE")
+    }
+    rank0 = _stamp({**env, "TORCHELASTIC_RUN_ID": "t", "RANK": "0"})
+    rank1 = _stamp({**env, "TORCHELASTIC_RUN_ID": "t", "RANK": "1"})
+    assert rank0.split()[0] == rank1.split()[0]  # microseconds included: same agent start
+    assert rank0.split()[1] == ".hydra" and rank1.split()[1] == "None"  # .hydra from rank 0 only
+    assert _stamp(env).split()[0] != _stamp(env).split()[0]  # outside torchrun: now, per process
+    multi_node = {**env, "TORCHELASTIC_RUN_ID": "t", "GROUP_WORLD_SIZE": "2"}
+    code = "import sweeper.config as c; c.launch_time('%Y')"
+    multi = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=multi_node, capture_output=True, text=True
+    )
+    assert multi.returncode != 0 and "pass out_dir=" in multi.stderr
+
+
+@pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed gloo"
+)
+def test_torchrun_with_the_default_out_dir_writes_one_run(tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    args = [a for a in ARGS if not a.startswith(("train.steps", "train.ckpt_every"))]
+    cmd = [*torchrun, str(REPO / "launch.py"), *args, "train.steps=2", "train.ckpt_every=0"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = list((tmp_path / "outputs" / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "summary.json").exists(), runs
+    assert (runs[0] / ".hydra" / "config.yaml").exists()
