@@ -13,6 +13,8 @@ that takes the run from step s to s+1 uses ``task.batch(s)`` and its loss is log
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,36 +27,18 @@ AUTOCASTS = ("none", "bf16")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
 
 
-@dataclass
-class PrecisionConfig:
-    """The precision policy as a config group; field meanings are those of ``quant.QuantPolicy``."""
-
-    w: str = "fp32"
-    a: str = "fp32"
-    w_bwd: str | None = None
-    a_bwd: str | None = None
-    g_dgrad: str | None = None
-    g_wgrad: str | None = None
-    block_size: int = 32
-    scale: str = "e8m0"
-    scale_rule: str = "floor"
-    rounding: str = "even"
-    grad_rounding: str | None = None
-    quantize_backward: bool = True
-    norm_affine: str = "none"
-    vector_ops: str = "none"
-    attention: bool = False
-    exclude: list[str] = field(default_factory=list)
+class _PrecisionMethods:
+    """Behaviour of ``PrecisionConfig`` (its fields are generated from ``quant.QuantPolicy`` below)."""
 
     def __post_init__(self):
         self.exclude = list(self.exclude)
         self.policy()  # unknown formats and bad combinations fail now, not mid-run
 
-    def policy(self) -> QuantPolicy:
-        """The frozen ``QuantPolicy`` this config describes."""
+    def policy(self, seed: int = 0) -> QuantPolicy:
+        """The frozen ``QuantPolicy`` this config describes; ``seed`` seeds stochastic rounding."""
         kw = dataclasses.asdict(self)
         kw["exclude"] = tuple(kw["exclude"])
-        return QuantPolicy(**kw)
+        return QuantPolicy(**kw, seed=seed)
 
     def replace(self, **changes: Any) -> PrecisionConfig:
         """A copy with ``changes`` applied (validated)."""
@@ -62,6 +46,37 @@ class PrecisionConfig:
         if unknown:
             raise ValueError(f"precision has no field(s) {sorted(unknown)}; check the schedule entry keys")
         return dataclasses.replace(self, **changes)
+
+
+_NOT_CONFIGURED = ("seed",)  # stochastic rounding is seeded by the run's train.seed (train.loop)
+
+
+def _precision_fields() -> list[tuple[str, Any, Any]]:
+    """``quant.QuantPolicy``'s fields, as a mutable config: tuples become lists (OmegaConf has none)."""
+    hints = typing.get_type_hints(QuantPolicy)
+    out = []
+    for f in dataclasses.fields(QuantPolicy):
+        if f.name in _NOT_CONFIGURED:
+            continue
+        if typing.get_origin(hints[f.name]) is tuple:
+            out.append((f.name, list[str], field(default_factory=functools.partial(list, f.default))))
+        else:
+            out.append((f.name, hints[f.name], field(default=f.default)))
+    return out
+
+
+# The config group is QuantPolicy field for field, generated from it, so the two cannot drift and a new
+# policy field is configurable at once. It is a separate class because a frozen dataclass cannot be
+# an OmegaConf node. Field meanings: ``quant.QuantPolicy``.
+PrecisionConfig = dataclasses.make_dataclass(
+    "PrecisionConfig",
+    _precision_fields(),
+    bases=(_PrecisionMethods,),
+    namespace={
+        "__module__": __name__,
+        "__doc__": "The precision policy as a config group (fields: quant.QuantPolicy).",
+    },
+)
 
 
 @dataclass

@@ -166,7 +166,7 @@ def _train(run: RunConfig, task: Task, hooks: Sequence[Any], started: float, pre
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = task.build(cfg.seed)
-    policy = run.precision.policy()
+    policy = run.precision.policy(seed=cfg.seed)  # each seed of a sweep its own rounding noise
     quant.convert(model, policy)
     hooks = [h for h in hooks if rank == 0 or getattr(h, "all_ranks", False)]
     opt = make_optimizer(model, cfg, task)
@@ -215,7 +215,7 @@ def _start(ctx: State) -> None:
             have = sorted(checkpoint.available(cfg.branch_from))
             raise FileNotFoundError(f"train.branch_step={cfg.branch_step}: no checkpoint {path}; have {have}")
         state = checkpoint.load(path)
-        ctx.policy = ctx.run.precision_at(cfg.branch_step).policy()
+        ctx.policy = ctx.run.precision_at(cfg.branch_step).policy(seed=cfg.seed)
     else:
         if ctx.is_main:
             record.truncate_metrics(out, 0)
@@ -239,7 +239,7 @@ def _loop(ctx: State) -> None:
     while ctx.step < cfg.steps and ctx.stop is None:
         step = ctx.step
         if step in changes_at:
-            ctx.policy = run.precision_at(step).policy()
+            ctx.policy = run.precision_at(step).policy(seed=cfg.seed)
             quant.set_policy(model, ctx.policy)
         lr = lr_at(cfg, task, step)
         set_lr(opt, lr)
