@@ -227,42 +227,32 @@ def test_fast_yaml_loader_matches_safe_load():
         load_yaml("a: [1\n")
 
 
-def test_collect_reads_real_run_records(tmp_path):
+def test_collect_reads_real_run_records(tmp_path, one_thread):
     """Records written by the real training loop, nested at two depths, next to Hydra's .hydra/."""
-    import torch
-
-    import quant
     from models import ProxyConfig
     from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
     from train.hooks import default_hooks
     from train.loop import train
     from train.tasks import make_task
 
-    old, threads = quant.get_backend(), torch.get_num_threads()
-    quant.set_backend("eager")
-    torch.set_num_threads(1)
     sweep = tmp_path / "sweep"
     precisions = {
         "a/fp32": PrecisionConfig(),
         "b/deeper/mx": PrecisionConfig(w="fp8_e4m3", a="fp8_e4m3", norm_affine="fp8_e4m3"),
     }
     summaries = {}
-    try:
-        for rel, prec in precisions.items():
-            run = RunConfig(
-                task="proxy",
-                model=ProxyConfig(depth=2, width=16),
-                precision=prec,
-                train=TrainConfig(
-                    steps=8, batch_size=16, eval_every=4, eval_batches=1, log_every=2, spike_window=4
-                ),
-                out_dir=str(sweep / rel),
-                logger=LoggerConfig(WandbConfig(mode="disabled")),
-            )
-            summaries[rel] = train(run, make_task(run), default_hooks(run))
-    finally:
-        quant.set_backend(old)
-        torch.set_num_threads(threads)
+    for rel, prec in precisions.items():
+        run = RunConfig(
+            task="proxy",
+            model=ProxyConfig(depth=2, width=16),
+            precision=prec,
+            train=TrainConfig(
+                steps=8, batch_size=16, eval_every=4, eval_batches=1, log_every=2, spike_window=4
+            ),
+            out_dir=str(sweep / rel),
+            logger=LoggerConfig(WandbConfig(mode="disabled")),
+        )
+        summaries[rel] = train(run, make_task(run), default_hooks(run))
     (sweep / "a" / "fp32" / ".hydra").mkdir(exist_ok=True)
     (sweep / "a" / "fp32" / ".hydra" / "config.yaml").write_text("task: proxy\n")  # not a run record
 

@@ -22,14 +22,8 @@ BAND = (0.005, 0.01, 0.02, 0.05)  # the σ range the 8% agreement is claimed for
 N_MC = 1 << 18
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old, threads = quant.get_backend(), torch.get_num_threads()
-    quant.set_backend("eager")
-    torch.set_num_threads(1)  # small tensors: more threads only contend on a busy 2-core box
-    yield
-    quant.set_backend(old)
-    torch.set_num_threads(threads)
+# Small tensors: more threads only contend on a busy 2-core box.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,7 @@ from train.tasks import make_task
 CPU_BF16 = torch.amp.is_autocast_available("cpu")
 
 
-@pytest.fixture(autouse=True)
-def eager_backend():
-    old, threads = quant.get_backend(), torch.get_num_threads()
-    quant.set_backend("eager")
-    torch.set_num_threads(1)
-    yield
-    quant.set_backend(old)
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def lm_run(out, precision: PrecisionConfig, **train_kw) -> RunConfig:

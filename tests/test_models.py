@@ -14,14 +14,6 @@ from models import CONFIGS, LM, MODELS, LMConfig, ProxyConfig, build_lm, make_te
 from models.lm import RotaryEmbedding
 
 
-@pytest.fixture(autouse=True)
-def eager_backend():
-    old = quant.get_backend()
-    quant.set_backend("eager")
-    yield
-    quant.set_backend(old)
-
-
 def _numel(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

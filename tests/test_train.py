@@ -19,15 +19,8 @@ from train.hooks import Callback, SpikeDetector, default_hooks
 from train.loop import train
 from train.tasks import LMTask, ProxyTask, make_task
 
-
-@pytest.fixture(autouse=True)
-def eager_backend():
-    old, threads = quant.get_backend(), torch.get_num_threads()
-    quant.set_backend("eager")
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead (and contention on 2 cores)
-    yield
-    quant.set_backend(old)
-    torch.set_num_threads(threads)
+# Tiny tensors: more threads only add overhead (and contention on 2 cores).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class ToyTokens:

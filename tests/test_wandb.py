@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
-import quant
 from models import ProxyConfig
 from train import record
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
@@ -29,20 +27,15 @@ wandb = pytest.importorskip("wandb")
 
 
 @pytest.fixture(autouse=True)
-def quiet_offline_wandb(tmp_path, monkeypatch):
-    """Eager quantizer, one thread, and a wandb that cannot reach the network or the user's home."""
-    old, threads = quant.get_backend(), torch.get_num_threads()
-    quant.set_backend("eager")
-    torch.set_num_threads(1)
+def quiet_offline_wandb(one_thread, tmp_path, monkeypatch):
+    """One thread (the eager quantizer comes from conftest), and a wandb that cannot reach the
+    network or the user's home."""
     for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "NETRC"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
     monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
-    yield
-    quant.set_backend(old)
-    torch.set_num_threads(threads)
 
 
 def proxy_run(out: Path, mode: str = "offline", **train_kw) -> RunConfig:

@@ -129,14 +129,6 @@ def q_pinned(values, name: str, **kw) -> torch.Tensor:
     return unpinned(y, vals.numel())
 
 
-@pytest.fixture(autouse=True, scope="module")
-def eager_backend():
-    old = quant.get_backend()
-    quant.set_backend("eager")
-    yield
-    quant.set_backend(old)
-
-
 # ---------------------------------------------------------------------------------------------
 # The table
 

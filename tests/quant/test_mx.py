@@ -160,14 +160,6 @@ def assert_same(y: torch.Tensor, want: torch.Tensor, x: torch.Tensor | None = No
         raise AssertionError(f"{int((~same).sum())} mismatches:\n" + "\n".join(lines))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def eager_backend():
-    old = quant.get_backend()
-    quant.set_backend("eager")
-    yield
-    quant.set_backend(old)
-
-
 def spread(rows: int, cols: int, seed: int, lo: int = -20, hi: int = 20) -> torch.Tensor:
     """randn rows with per-row magnitudes 2**U[lo, hi], plus a few uniform and heavy-tailed rows."""
     g = torch.Generator().manual_seed(seed)

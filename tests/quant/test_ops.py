@@ -10,14 +10,6 @@ import quant
 from quant import QuantPolicy, QuantSpec, quantize_spec
 
 
-@pytest.fixture(autouse=True)
-def eager_backend():
-    old = quant.get_backend()
-    quant.set_backend("eager")
-    yield
-    quant.set_backend(old)
-
-
 def _spread(*shape, seed=0):
     """randn with a per-row magnitude spread, so blocks see different scales."""
     g = torch.Generator().manual_seed(seed)

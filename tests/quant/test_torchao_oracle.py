@@ -60,15 +60,6 @@ _UE4M3 = (-6, 3, 8, Fraction(448))
 _FP4 = _OCP["fp4_e2m1"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _eager_backend():
-    """Compare the eager reference path; the compiled backend is checked against it elsewhere."""
-    old = quant.get_backend()
-    quant.set_backend("eager")
-    yield
-    quant.set_backend(old)
-
-
 # ---------------------------------------------------------------------------------------------
 # Helpers
 

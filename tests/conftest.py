@@ -1,0 +1,47 @@
+"""Fixtures shared by the whole test suite.
+
+* ``eager_backend`` (autouse): every test runs on the eager quantizer, the bit-exact reference;
+  compiling one graph per spec would cost far more than the suite's small tensors save. Tests
+  marked ``compile`` (tests/quant/test_compiled.py) exercise the torch.compile path and pick
+  their backend themselves, so the fixture leaves them alone.
+* ``one_thread`` (opt in: ``pytestmark = pytest.mark.usefixtures("one_thread")`` or a fixture
+  argument): torch on one thread, for modules of tiny tensors where more threads only add
+  overhead and contend on a busy small box.
+
+Both restore what they changed after each test. Subprocess-based tests set the equivalent
+``MXSWEEP_QUANT_BACKEND=eager`` and ``OMP_NUM_THREADS=1`` in the child's environment instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import quant
+
+
+@pytest.fixture(autouse=True)
+def eager_backend(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Force the eager quantizer backend for one test (not for tests marked ``compile``)."""
+    if request.node.get_closest_marker("compile") is not None:
+        yield
+        return
+    old = quant.get_backend()
+    quant.set_backend("eager")
+    try:
+        yield
+    finally:
+        quant.set_backend(old)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread for one test."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
