@@ -34,9 +34,7 @@ import functools
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +44,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import quant  # noqa: E402
+from benchmarks._timing import round_robin, stats_ms, warm_up  # noqa: E402
 
 TARGET_VS_CLONE = 3.0  # mxsweep compiled may take at most this many x.clone() times
 TARGET_VS_TORCHAO = 5.0  # and must be at least this many times faster than torchao eager
@@ -118,40 +117,7 @@ def mxsweep(fmt: str, backend: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    out = fn()
-    dt = time.perf_counter() - t0
-    del out
-    return dt
-
-
-def round_robin(cases: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Time all cases interleaved, ``rounds`` times each. Returns seconds per case."""
-    times: dict[str, list[float]] = {k: [] for k in cases}
-    for r in range(rounds):
-        for k, fn in cases.items():
-            times[k].append(timed(fn))
-        if sys.stderr.isatty():
-            print(f"  round {r + 1}/{rounds} done", end="\r", file=sys.stderr, flush=True)
-    return times
-
-
-def warm_up(cases: dict[str, Callable[[], object]]) -> dict[str, float]:
-    """Call each case twice; returns the first call's seconds (compile time included)."""
-    first = {}
-    for k, fn in cases.items():
-        first[k] = timed(fn)
-        timed(fn)  # a second call settles allocator caches and any lazy init
-    return first
-
-
-def stats_ms(ts: list[float]) -> dict[str, float]:
-    ms = [t * 1e3 for t in ts]
-    return {"median": statistics.median(ms), "min": min(ms), "max": max(ms)}
+# Reporting
 
 
 def fmt_ratio(r: float | None, target: float, lower_is_better: bool) -> str:
@@ -188,7 +154,7 @@ def bench_quant(args, dtype_name: str, torchao) -> dict:
     print(f"\n== quantize+dequantize, {dtype_name}, {n}x{n}, {args.rounds} rounds ==")
     first = warm_up(cases)
     times = round_robin(cases, args.rounds)
-    res = {k: stats_ms(v) | {"first_call_ms": first[k] * 1e3} for k, v in times.items()}
+    res = {k: stats_ms(v) | {"first_call_ms": first[k][0] * 1e3} for k, v in times.items()}
 
     nbytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
     print(f"{'variant':34s} {'median':>9s} {'min':>9s} {'max':>9s} {'GB/s':>7s}  first call")
@@ -268,7 +234,7 @@ def bench_linear(args, dtype_name: str) -> dict | None:
     cases = {"nn.Linear": step(ref), "mxsweep quantized Linear (compiled)": step(qmodel)}
     first = warm_up(cases)
     times = round_robin(cases, args.rounds)
-    res = {k: stats_ms(v) | {"first_call_ms": first[k] * 1e3} for k, v in times.items()}
+    res = {k: stats_ms(v) | {"first_call_ms": first[k][0] * 1e3} for k, v in times.items()}
     flops = 3 * 2 * tokens * d_in * d_out  # forward, dgrad, wgrad GEMMs
     print(f"{'variant':38s} {'median':>9s} {'min':>9s} {'max':>9s} {'GFLOP/s':>8s}  first call")
     for k, s in res.items():

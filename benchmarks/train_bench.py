@@ -29,9 +29,7 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +39,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import quant  # noqa: E402
+from benchmarks._timing import round_robin, stats, warm_up  # noqa: E402
 from models import LMConfig, build_lm  # noqa: E402
 from train.loop import make_optimizer  # noqa: E402
 from train.tasks import LMTask  # noqa: E402
@@ -112,13 +111,6 @@ class _TrainDefaults:
     weight_decay, betas, eps, lr = 0.0, None, 1e-8, 1e-3
 
 
-def timed(fn: Callable[[], object], n: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--d-model", type=int, default=256)
@@ -153,28 +145,24 @@ def main(argv=None) -> int:
     steps, first = {}, {}
     for name, policy in POLICIES.items():
         steps[name] = make_step(cfg, policy, args)
-        t0 = time.perf_counter()
-        for _ in range(args.warmup):
-            steps[name]()
-        first[name] = time.perf_counter() - t0
+        first[name] = sum(warm_up({name: steps[name]}, args.warmup)[name])
         print(f"  warm-up {name:12s} {args.warmup} steps in {first[name]:6.1f}s (compilation included)")
 
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for r in range(args.rounds):
-        for name, fn in steps.items():
-            times[name].append(timed(fn, args.steps))
-        print(f"  round {r + 1}/{args.rounds}: " + "  ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items()))
+    def report(done: int, times: dict[str, list[float]]) -> None:
+        print(f"  round {done}/{args.rounds}: " + "  ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items()))
 
-    med = {k: statistics.median(v) for k, v in times.items()}
+    times = round_robin(steps, args.rounds, calls=args.steps, report=report)
+    st = {k: stats(v) for k, v in times.items()}
+    med = {k: s["median"] for k, s in st.items()}
     base = med["unquantized"]
     print(f"\n{'variant':14s} {'median':>9s} {'min':>9s} {'max':>9s} {'vs unquantized':>15s}")
-    for k, v in times.items():
-        print(f"{k:14s} {med[k]:8.3f}s {min(v):8.3f}s {max(v):8.3f}s {med[k] / base:14.2f}x")
+    for k, s in st.items():
+        print(f"{k:14s} {s['median']:8.3f}s {s['min']:8.3f}s {s['max']:8.3f}s {s['median'] / base:14.2f}x")
     ratio = med["full MX"] / base
     verdict = "PASS" if ratio <= TARGET_FULL_MX else "FAIL"
     print(f"\nfull MX / unquantized = {ratio:.2f}x (target <= {TARGET_FULL_MX:g}x): {verdict}")
     print(f"hybrid / unquantized = {med['hybrid'] / base:.2f}x")
-    low = {k: min(v) for k, v in times.items()}  # the least disturbed round: telling on a shared machine
+    low = {k: s["min"] for k, s in st.items()}  # the least disturbed round: telling on a shared machine
     print(
         f"ratios of minimums: full MX {low['full MX'] / low['unquantized']:.2f}x, "
         f"hybrid {low['hybrid'] / low['unquantized']:.2f}x"
