@@ -154,6 +154,20 @@ class Recorder(Callback):
         self.batches[state.step] = state.batch[0].sum().item()
 
 
+class SeedProbe(Callback):
+    def on_step_end(self, state, metrics):
+        lin = next(m for m in state.model.modules() if getattr(m, "mx_generator", None) is not None)
+        self.seeds = (quant.policy_of(state.model).seed, lin.mx_generator.initial_seed())
+
+
+def test_stochastic_rounding_is_seeded_by_the_run_seed(tmp_path):
+    prec = PrecisionConfig(w="fp8_e4m3", a="fp8_e4m3", rounding="stochastic")
+    for seed in (3, 4):  # the seeds of a sweep get their own rounding noise, not all seed 0's
+        probe = SeedProbe()
+        run_task(proxy_run(tmp_path / str(seed), prec, steps=1, seed=seed), extra=(probe,))
+        assert probe.seeds == (seed, seed)
+
+
 def test_schedule_changes_policy_at_its_step(tmp_path):
     sched = [ScheduleEntry(step=10, changes={"w": "fp8_e4m3", "a": "fp8_e4m3"})]
     rec = Recorder()
