@@ -42,10 +42,11 @@ shorter length (zero padding cannot change its max), as microxcaling does.
 
 Speed
 -----
-The eager path below allocates ~10 full-size temporaries; on CPU allocation dominates. The same
-function compiled with ``torch.compile`` fuses into one reduction + one pointwise loop and is 5–15×
-faster, bit for bit identical (tested). ``set_backend`` chooses; "auto" compiles tensors of at least
-``COMPILE_MIN_NUMEL`` elements when a C++ compiler is present.
+The eager path below allocates ~10 full-size temporaries; on CPU allocation dominates. Two fast
+paths compute the same values bit for bit (tested): ``quant.native``, a C loop built on first use,
+for CPU fp32/bf16 block formats with round-to-nearest-even (at about memcpy speed for fp32), and
+the same Python function compiled with ``torch.compile`` (one reduction + one pointwise loop; CUDA,
+fp16, stochastic rounding). ``set_backend`` chooses; "auto" takes the first that applies.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from quant import native
 from quant.formats import (
     RECIPES,
     ElemFormat,
@@ -238,12 +240,14 @@ def _fake_quant_elementwise(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | 
 # Backend selection: eager reference or torch.compile'd fast path (bit-identical).
 
 COMPILE_MIN_NUMEL = 1 << 16
-_BACKENDS = ("auto", "eager", "compiled")
+_BACKENDS = ("auto", "eager", "compiled", "native")
 _backend = os.environ.get("MXSWEEP_QUANT_BACKEND", "auto")
 
 
 def set_backend(name: str) -> None:
-    """``eager`` (reference), ``compiled`` (torch.compile; one graph per QuantSpec) or ``auto``."""
+    """``eager`` (the reference), ``compiled`` (torch.compile, one graph per QuantSpec), ``native``
+    (the C kernel of ``quant.native`` where it applies, else as ``auto``) or ``auto`` (native, then
+    compiled for tensors of at least ``COMPILE_MIN_NUMEL`` elements, then eager)."""
     global _backend
     if name not in _BACKENDS:
         raise ValueError(f"unknown quant backend {name!r}; choose one of {_BACKENDS}")
@@ -270,8 +274,10 @@ def _can_compile() -> bool:
 
 
 def _run(fn, x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
+    if _backend in ("auto", "native") and fn is _fake_quant_blocks and native.supports(x, spec):
+        return native.fake_quant_blocks(x, spec)
     use = _backend == "compiled" or (
-        _backend == "auto" and x.numel() >= COMPILE_MIN_NUMEL and (x.device.type != "cpu" or _can_compile())
+        _backend != "eager" and x.numel() >= COMPILE_MIN_NUMEL and (x.device.type != "cpu" or _can_compile())
     )
     return _compiled(fn)(x, spec, u) if use else fn(x, spec, u)
 

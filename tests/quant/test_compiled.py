@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from mx_cases import assert_bitwise, hard_input
 from torch._dynamo.utils import counters
 
 import quant
 
 pytestmark = pytest.mark.compile
-
-_BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,53 +39,6 @@ def _restore_backend():
     old = quant.get_backend()
     yield
     quant.set_backend(old)
-
-
-def _hard_input(shape, dtype, seed=0, block=32) -> torch.Tensor:
-    """randn with per-block magnitudes 2**U(-20, 20), with edge-case rows written over the first
-    rows: bf16-valued ties, element-grid midpoints, block maxima just below/above 2**k, fp32
-    subnormals, all-zero and signed-zero blocks, Inf/NaN blocks and values near the fp32 max."""
-    g = torch.Generator().manual_seed(seed)
-    n = shape[-1]
-    x = torch.randn(shape, generator=g)
-    flat = x.reshape(-1, n)
-    rows = flat.shape[0]
-    nb = -(-n // block)
-    mag = torch.exp2(torch.randint(-20, 21, (rows, nb), generator=g).float())
-    flat.mul_(mag.repeat_interleave(block, dim=1)[:, :n])
-
-    def put(r, values):
-        if r < rows:
-            v = torch.as_tensor(values, dtype=torch.float32).flatten()
-            flat[r, : min(n, v.numel())] = v[:n]
-
-    k = torch.arange(-40, 41, dtype=torch.float32)
-    below = torch.nextafter(torch.exp2(k), torch.zeros(()))
-    put(0, torch.randn(n, generator=g).bfloat16().float())  # many exact ties after scaling
-    put(1, (torch.arange(n) % 16 + 0.5) * 0.25)  # element-grid midpoints
-    put(2, below)  # block max just below 2**k: the float-log2 trap
-    put(3, torch.nextafter(torch.exp2(k), torch.full((), float("inf"))))
-    put(4, torch.exp2(-torch.arange(n) % 30 - 120.0))  # tiny: fp32 subnormals in many blocks
-    put(5, torch.zeros(n))
-    put(6, -torch.zeros(n))
-    put(7, torch.tensor([float("inf")] + [1.0] * 40 + [float("nan")] + [2.0] * 40))
-    put(8, torch.full((n,), 3.0e38) * torch.randn(n, generator=g).sign())
-    put(9, 448.0 * torch.exp2(k) * 1.0625)  # just past the e4m3 saturation edge
-    put(10, 6.0 * torch.exp2(k) * 1.125)  # just past the e2m1 saturation edge
-    return x.to(dtype)
-
-
-def _assert_bitwise(eager: torch.Tensor, compiled: torch.Tensor, what: str) -> None:
-    assert compiled.dtype == eager.dtype and compiled.shape == eager.shape, what
-    bits = _BITS[eager.dtype]
-    both_nan = eager.isnan() & compiled.isnan()
-    bad = (eager.view(bits) != compiled.view(bits)) & ~both_nan
-    if bad.any():
-        i = bad.flatten().nonzero()[0].item()
-        raise AssertionError(
-            f"{what}: {int(bad.sum())} of {bad.numel()} elements differ; first at flat index {i}: "
-            f"eager {eager.flatten()[i].item()!r} compiled {compiled.flatten()[i].item()!r}"
-        )
 
 
 def _eager_and_compiled(x: torch.Tensor, fmt: str, seed: int | None = None, new_graph=True, **kw):
@@ -122,48 +74,48 @@ _PARAMS = [
 
 @pytest.mark.parametrize("fmt,kw,dtype", _PARAMS)
 def test_block_formats_bit_identical(fmt, kw, dtype):
-    x = _hard_input((48, 256), dtype)
+    x = hard_input((48, 256), dtype)
     eager, compiled = _eager_and_compiled(x, fmt, **kw)
-    _assert_bitwise(eager, compiled, f"{fmt} {kw} {dtype}")
+    assert_bitwise(eager, compiled, f"{fmt} {kw} {dtype}")
     assert eager.isnan().any() and not eager.isnan().all()  # the Inf/NaN rows took effect
 
 
 def test_elementwise_bf16_bit_identical():
-    x = _hard_input((48, 256), torch.float32)
+    x = hard_input((48, 256), torch.float32)
     eager, compiled = _eager_and_compiled(x, "bf16")
-    _assert_bitwise(eager, compiled, "bf16 element-wise")
+    assert_bitwise(eager, compiled, "bf16 element-wise")
     assert torch.isinf(eager).any()  # ±Inf passes through element-wise formats
 
 
 def test_ragged_3d_and_axis0_bit_identical():
     """A last dim of 70 (two full blocks and a 6-long tail), a 3-D shape, and the same data
     blocked along axis 0 (a non-trivial trailing 'post' dim and a ragged block dim)."""
-    x = _hard_input((3, 37, 70), torch.float32)
+    x = hard_input((3, 37, 70), torch.float32)
     eager, compiled = _eager_and_compiled(x, "fp4_e2m1", new_graph=False)  # may reuse the 2-D graph
-    _assert_bitwise(eager, compiled, "fp4_e2m1 ragged 3-D")
-    y = _hard_input((70, 96), torch.float32, seed=1).t().contiguous()  # axis 0 has 96 rows
+    assert_bitwise(eager, compiled, "fp4_e2m1 ragged 3-D")
+    y = hard_input((70, 96), torch.float32, seed=1).t().contiguous()  # axis 0 has 96 rows
     eager, compiled = _eager_and_compiled(y, "fp8_e4m3", axis=0, new_graph=False)
-    _assert_bitwise(eager, compiled, "fp8_e4m3 axis=0")
+    assert_bitwise(eager, compiled, "fp8_e4m3 axis=0")
 
 
 def test_stochastic_rounding_bit_identical():
-    x = _hard_input((48, 256), torch.float32)
+    x = hard_input((48, 256), torch.float32)
     eager, compiled = _eager_and_compiled(x, "fp4_e2m1", seed=1234, rounding="stochastic")
-    _assert_bitwise(eager, compiled, "fp4_e2m1 stochastic")
+    assert_bitwise(eager, compiled, "fp4_e2m1 stochastic")
     # another seed moves some values (the generator is really used) and still matches eager
     g = torch.Generator().manual_seed(4321)
     other = quant.quantize(x, "fp4_e2m1", rounding="stochastic", generator=g)
     assert not torch.equal(other.nan_to_num(), compiled.nan_to_num())
     quant.set_backend("eager")
     g = torch.Generator().manual_seed(4321)
-    _assert_bitwise(quant.quantize(x, "fp4_e2m1", rounding="stochastic", generator=g), other, "seed 2")
+    assert_bitwise(quant.quantize(x, "fp4_e2m1", rounding="stochastic", generator=g), other, "seed 2")
 
 
 def test_specs_beyond_recompile_limit_stay_compiled():
     """Every spec is its own graph of one compiled function: more than dynamo's default of 8 must
     still compile, not silently fall back to eager (``fail_on_recompile_limit_hit`` is on). After
     the tests above all these graphs are cached and this is cheap; run alone it compiles 11."""
-    x = _hard_input((16, 64), torch.float32)
+    x = hard_input((16, 64), torch.float32)
     quant.set_backend("compiled")
     for param in _PARAMS:
         fmt, kw, dtype = param.values

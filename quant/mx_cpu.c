@@ -1,0 +1,183 @@
+/* The CPU fast path of quant.mx: fake-quantize fp32/bf16 tensors in MX blocks, round-to-nearest-even.
+ *
+ * This file is the algorithm of quant/mx.py's docstring written once more as one pass over memory,
+ * because on CPU that algorithm is bound by arithmetic, not by memory, and a plain C loop that the
+ * compiler vectorizes does it at memcpy speed for fp32 (torch.compile's kernel recomputes each
+ * block's scale in scalar code for every vector of elements and is 2-3x slower). It must be, and is
+ * tested to be, bit-identical to the eager reference in quant/mx.py (tests/quant/test_compiled.py).
+ *
+ * Every step is IEEE-754 fp32 arithmetic on the values the reference computes: a divide where it
+ * divides, a multiply where it multiplies. Build flags matter: -ffp-contract=off (no fused
+ * multiply-add) and never -ffast-math; quant/native.py builds it that way.
+ *
+ *   block maxima   amax = max |x_i|, read as the largest absolute bit pattern (non-negative floats
+ *                  order like their bits; a NaN or Inf makes the pattern >= 0x7f800000 and the
+ *                  whole block NaN, the rule quant.mx documents)
+ *   scale          E8M0: 2**e from amax's exponent bits (floor, or the ceil rule), clamped;
+ *                  UE4M3/UE5M3: amax / max_elem (over the global scale g, if any) rounded
+ *                  half-to-even onto the scale grid; fp32: amax / max_elem
+ *   elements       y = x * (1/S); |y| rounded onto the element grid with the add trick
+ *                  ((|y| + M) - M, M = 2**(k + 23), whose ulp is the grid step 2**k); saturate;
+ *                  sign back; times S; kept finite.
+ *
+ * Layout: a contiguous (pre, nblocks, block, post) array, blocks along dim 2. post == 1 (blocks
+ * along the last dim) is the common case and vectorizes along the block; post > 1 (e.g. the wgrad
+ * operands, blocked along tokens) vectorizes along post, a chunk of columns at a time.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define INLINE static inline __attribute__((always_inline))
+#define F32_MAX 3.40282346638528859812e+38f
+#define CHUNK 256
+
+typedef struct {
+    int32_t scale_kind;  /* 0: power of two (E8M0), 1: float grid (UE4M3, UE5M3), 2: exact fp32 */
+    int32_t ceil_rule;   /* power of two only: 1 = the ceil rule, 0 = floor */
+    int32_t exp_lo, exp_hi;              /* power of two only: range of the exponent */
+    int32_t elem_emax;                   /* OCP emax_elem */
+    float elem_max;                      /* largest element */
+    float elem_mant;                     /* elem_max / 2**elem_emax (the ceil rule's threshold) */
+    int32_t e_emin, e_emax1, e_mbits;    /* element grid: emin, emax + 1, mantissa bits */
+    int32_t s_emin, s_emax1, s_mbits;    /* scale grid (float scales) */
+    float s_max;                         /* largest scale (float scales) */
+    float g;                             /* per-tensor global scale; 0 = none */
+} mx_params;
+
+INLINE uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+INLINE float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* 2**k for integer k in [-149, 127], from bits (subnormals included), as quant.mx._pow2. */
+INLINE float pow2f(int k) { return k >= -126 ? u2f((uint32_t)(k + 127) << 23) : u2f(1u << (k + 149)); }
+
+/* Round a >= 0 (or +Inf/NaN) onto a grid, half to even, saturating at gmax; NaN stays NaN. */
+INLINE float round_grid(float a, int emin, int emax1, int mbits, float gmax) {
+    int k = (int)(f2u(a) >> 23) - 127;
+    k = k < emin ? emin : (k > emax1 ? emax1 : k);
+    float m = u2f((uint32_t)(k - mbits + 150) << 23);
+    float r = (a + m) - m;
+    return r > gmax ? gmax : r;
+}
+
+/* The scale S and 1/S of a block whose largest |x| has the bit pattern m (finite). */
+INLINE void block_scale(uint32_t m, const mx_params p, float *S, float *inv) {
+    float amax = u2f(m);
+    if (p.scale_kind == 0) {
+        int sub = m < 0x00800000u; /* fp32-subnormal maxima: lift by 2**64 (exact) to read bits */
+        uint32_t ab = f2u(sub ? amax * 18446744073709551616.0f : amax);
+        int e = (int)((ab >> 23) & 0xffu) - 127 - (sub ? 64 : 0) - p.elem_emax;
+        if (p.ceil_rule) e += u2f((ab & 0x007fffffu) | 0x3f800000u) > p.elem_mant;
+        e = e < p.exp_lo ? p.exp_lo : (e > p.exp_hi ? p.exp_hi : e);
+        *S = pow2f(e);
+        *inv = pow2f(-e);
+        return;
+    }
+    float s = amax / p.elem_max;
+    if (p.g != 0.0f) s = s / p.g;
+    if (p.scale_kind == 1) s = round_grid(s, p.s_emin, p.s_emax1, p.s_mbits, p.s_max);
+    float iv = p.g != 0.0f ? (1.0f / p.g) / s : 1.0f / s;
+    *inv = s > 0.0f ? (iv > F32_MAX ? F32_MAX : iv) : 0.0f; /* a zero scale zeroes its block */
+    *S = p.g != 0.0f ? p.g * s : s;
+}
+
+/* One element: y = x / S as x * (1/S), rounded onto the element grid, times S, kept finite. */
+INLINE float quant_elem(float x, float S, float inv, const mx_params p) {
+    uint32_t yb = f2u(x * inv);
+    float r = round_grid(u2f(yb & 0x7fffffffu), p.e_emin, p.e_emax1, p.e_mbits, p.elem_max);
+    float o = u2f(f2u(r) | (yb & 0x80000000u)) * S;
+    return o > F32_MAX ? F32_MAX : (o < -F32_MAX ? -F32_MAX : o);
+}
+
+/* Element types: |x| as bits, x as fp32, and the stores: of a finite value (fp32 -> bf16 rounds half
+ * to even, as PyTorch's conversion) and of the NaN that fills a block holding NaN or Inf. */
+INLINE uint32_t absbits_f32(const float *x, int64_t i) { return f2u(x[i]) & 0x7fffffffu; }
+INLINE float load_f32(const float *x, int64_t i) { return x[i]; }
+INLINE void store_f32(float *o, int64_t i, float v) { o[i] = v; }
+INLINE uint32_t absbits_bf16(const uint16_t *x, int64_t i) { return (uint32_t)(x[i] & 0x7fffu) << 16; }
+INLINE float load_bf16(const uint16_t *x, int64_t i) { return u2f((uint32_t)x[i] << 16); }
+INLINE void store_bf16(uint16_t *o, int64_t i, float v) { /* v is finite here: no NaN case */
+    uint32_t u = f2u(v);
+    o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+INLINE void store_nan_f32(float *o, int64_t i) { o[i] = u2f(0x7fc00000u); }
+INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
+
+#define KERNELS(T, SUF)                                                                            \
+    /* One block of bs contiguous values (post == 1); bs is a constant where it is inlined. */     \
+    INLINE void row_block_##SUF(const T *restrict x, T *restrict o, const int64_t bs, const mx_params p) {          \
+        uint32_t m = 0;                                                                            \
+        for (int64_t i = 0; i < bs; ++i) {                                                         \
+            uint32_t a = absbits_##SUF(x, i);                                                      \
+            m = a > m ? a : m;                                                                     \
+        }                                                                                          \
+        if (m >= 0x7f800000u) {                                                                    \
+            for (int64_t i = 0; i < bs; ++i) store_nan_##SUF(o, i);                                \
+            return;                                                                                \
+        }                                                                                          \
+        float S, inv;                                                                              \
+        block_scale(m, p, &S, &inv);                                                               \
+        for (int64_t i = 0; i < bs; ++i) store_##SUF(o, i, quant_elem(load_##SUF(x, i), S, inv, p)); \
+    }                                                                                              \
+                                                                                                   \
+    /* Columns [q0, q0 + nq) of one (block, post) tile: each column is a block of stride post. */  \
+    INLINE void col_chunk_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t post, int64_t q0, int64_t nq, \
+                                const mx_params p) {                                               \
+        uint32_t m[CHUNK];                                                                         \
+        float S[CHUNK], inv[CHUNK];                                                                \
+        for (int64_t q = 0; q < nq; ++q) m[q] = 0;                                                 \
+        for (int64_t i = 0; i < bs; ++i)                                                           \
+            for (int64_t q = 0; q < nq; ++q) {                                                     \
+                uint32_t a = absbits_##SUF(x, i * post + q0 + q);                                  \
+                m[q] = a > m[q] ? a : m[q];                                                        \
+            }                                                                                      \
+        for (int64_t q = 0; q < nq; ++q) {                                                         \
+            if (m[q] >= 0x7f800000u) { /* a NaN/Inf block: S = NaN marks it for the loop below */ \
+                S[q] = u2f(0x7fc00000u);                                                           \
+                inv[q] = 1.0f;                                                                     \
+            } else {                                                                               \
+                block_scale(m[q], p, &S[q], &inv[q]);                                              \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t i = 0; i < bs; ++i)                                                           \
+            for (int64_t q = 0; q < nq; ++q) {                                                     \
+                int64_t j = i * post + q0 + q;                                                     \
+                if (S[q] != S[q]) store_nan_##SUF(o, j);                                           \
+                else store_##SUF(o, j, quant_elem(load_##SUF(x, j), S[q], inv[q], p));             \
+            }                                                                                      \
+    }                                                                                              \
+                                                                                                   \
+    void mx_quantize_##SUF(const T *restrict x, T *restrict o, int64_t ntiles, int64_t bs, int64_t post,             \
+                           const mx_params *params, int32_t threads) {                             \
+        /* A local copy: the output stores cannot alias it, so the loops keep it in registers. */  \
+        const mx_params p = *params;                                                               \
+        if (post == 1) {                                                                           \
+            _Pragma("omp parallel for schedule(static) num_threads(threads)")                      \
+            for (int64_t b = 0; b < ntiles; ++b) {                                                 \
+                if (bs == 32) row_block_##SUF(x + b * 32, o + b * 32, 32, p);                      \
+                else if (bs == 16) row_block_##SUF(x + b * 16, o + b * 16, 16, p);                 \
+                else row_block_##SUF(x + b * bs, o + b * bs, bs, p);                               \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t nchunks = (post + CHUNK - 1) / CHUNK;                                              \
+        _Pragma("omp parallel for schedule(static) num_threads(threads)")                          \
+        for (int64_t t = 0; t < ntiles * nchunks; ++t) {                                           \
+            int64_t b = t / nchunks, q0 = (t % nchunks) * CHUNK;                                   \
+            int64_t nq = post - q0 < CHUNK ? post - q0 : CHUNK;                                    \
+            col_chunk_##SUF(x + b * bs * post, o + b * bs * post, bs, post, q0, nq, p);            \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    /* The largest |x| of the whole tensor as a bit pattern (>= 0x7f800000: NaN or Inf present). */ \
+    uint32_t mx_absmax_bits_##SUF(const T *x, int64_t n, int32_t threads) {                        \
+        uint32_t m = 0;                                                                            \
+        _Pragma("omp parallel for schedule(static) reduction(max : m) num_threads(threads)")       \
+        for (int64_t i = 0; i < n; ++i) {                                                          \
+            uint32_t a = absbits_##SUF(x, i);                                                      \
+            m = a > m ? a : m;                                                                     \
+        }                                                                                          \
+        return m;                                                                                  \
+    }
+
+KERNELS(float, f32)
+KERNELS(uint16_t, bf16)
