@@ -59,25 +59,31 @@ INLINE float round_grid(float a, int emin, int emax1, int mbits, float gmax) {
     return r > gmax ? gmax : r;
 }
 
-/* The scale S and 1/S of a block whose largest |x| has the bit pattern m (finite). */
-INLINE void block_scale(uint32_t m, const mx_params p, float *S, float *inv) {
-    float amax = u2f(m);
+/* S and 1/S of n blocks from their largest |x| bit patterns m. A block holding NaN or Inf
+ * (m >= 0x7f800000) gets S = NaN, which marks it for the element loops. One branch-free loop per
+ * scale kind, so the compiler vectorizes it across blocks. */
+INLINE void block_scales(const uint32_t *m, float *S, float *inv, int64_t n, const mx_params p) {
     if (p.scale_kind == 0) {
-        int sub = m < 0x00800000u; /* fp32-subnormal maxima: lift by 2**64 (exact) to read bits */
-        uint32_t ab = f2u(sub ? amax * 18446744073709551616.0f : amax);
-        int e = (int)((ab >> 23) & 0xffu) - 127 - (sub ? 64 : 0) - p.elem_emax;
-        if (p.ceil_rule) e += u2f((ab & 0x007fffffu) | 0x3f800000u) > p.elem_mant;
-        e = e < p.exp_lo ? p.exp_lo : (e > p.exp_hi ? p.exp_hi : e);
-        *S = pow2f(e);
-        *inv = pow2f(-e);
+        for (int64_t j = 0; j < n; ++j) {
+            float amax = u2f(m[j]);
+            int sub = m[j] < 0x00800000u; /* fp32-subnormal maxima: lift by 2**64 (exact) */
+            uint32_t ab = f2u(sub ? amax * 18446744073709551616.0f : amax);
+            int e = (int)((ab >> 23) & 0xffu) - 127 - (sub ? 64 : 0) - p.elem_emax;
+            e += p.ceil_rule && u2f((ab & 0x007fffffu) | 0x3f800000u) > p.elem_mant;
+            e = e < p.exp_lo ? p.exp_lo : (e > p.exp_hi ? p.exp_hi : e);
+            S[j] = m[j] >= 0x7f800000u ? u2f(0x7fc00000u) : pow2f(e);
+            inv[j] = pow2f(-e);
+        }
         return;
     }
-    float s = amax / p.elem_max;
-    if (p.g != 0.0f) s = s / p.g;
-    if (p.scale_kind == 1) s = round_grid(s, p.s_emin, p.s_emax1, p.s_mbits, p.s_max);
-    float iv = p.g != 0.0f ? (1.0f / p.g) / s : 1.0f / s;
-    *inv = s > 0.0f ? (iv > F32_MAX ? F32_MAX : iv) : 0.0f; /* a zero scale zeroes its block */
-    *S = p.g != 0.0f ? p.g * s : s;
+    const float g = p.g != 0.0f ? p.g : 1.0f, inv_g = 1.0f / g; /* g = 1 is exact: no global scale */
+    for (int64_t j = 0; j < n; ++j) {
+        float s = u2f(m[j]) / p.elem_max / g;
+        if (p.scale_kind == 1) s = round_grid(s, p.s_emin, p.s_emax1, p.s_mbits, p.s_max);
+        float iv = inv_g / s;
+        inv[j] = s > 0.0f ? (iv > F32_MAX ? F32_MAX : iv) : 0.0f; /* a zero scale zeroes its block */
+        S[j] = m[j] >= 0x7f800000u ? u2f(0x7fc00000u) : g * s;
+    }
 }
 
 /* One element: y = x / S as x * (1/S), rounded onto the element grid, times S, kept finite. */
@@ -100,62 +106,79 @@ INLINE void store_bf16(uint16_t *o, int64_t i, float v) { /* v is finite here: n
     o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 INLINE void store_nan_f32(float *o, int64_t i) { o[i] = u2f(0x7fc00000u); }
-INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
-
-#define KERNELS(T, SUF)                                                                            \
-    /* One block of bs contiguous values (post == 1); bs is a constant where it is inlined. */     \
-    INLINE void row_block_##SUF(const T *restrict x, T *restrict o, const int64_t bs, const mx_params p) {          \
+/* The largest |x| of n contiguous values, as an fp32 bit pattern. */
+#define BLOCK_ABSMAX(T, SUF)                                                                       \
+    INLINE uint32_t block_absmax_##SUF(const T *x, int64_t n) {                                    \
         uint32_t m = 0;                                                                            \
-        for (int64_t i = 0; i < bs; ++i) {                                                         \
+        for (int64_t i = 0; i < n; ++i) {                                                          \
             uint32_t a = absbits_##SUF(x, i);                                                      \
             m = a > m ? a : m;                                                                     \
         }                                                                                          \
-        if (m >= 0x7f800000u) {                                                                    \
-            for (int64_t i = 0; i < bs; ++i) store_nan_##SUF(o, i);                                \
+        return m;                                                                                  \
+    }
+BLOCK_ABSMAX(float, f32)
+BLOCK_ABSMAX(uint16_t, bf16)
+INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
+
+#define KERNELS(T, SUF)                                                                            \
+    /* Elements of n blocks of bs values each, at stride `post` between a block's values and     \
+     * stride `step` between blocks, from their S and 1/S (S = NaN: the block is NaN). */          \
+    INLINE void apply_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t n, int64_t post, \
+                            const float *S, const float *inv, const mx_params p) {                 \
+        if (post == 1) {                                                                           \
+            for (int64_t j = 0; j < n; ++j)                                                        \
+                for (int64_t i = 0; i < bs; ++i) {                                                 \
+                    int64_t k = j * bs + i;                                                        \
+                    if (S[j] != S[j]) store_nan_##SUF(o, k);                                       \
+                    else store_##SUF(o, k, quant_elem(load_##SUF(x, k), S[j], inv[j], p));        \
+                }                                                                                  \
             return;                                                                                \
         }                                                                                          \
-        float S, inv;                                                                              \
-        block_scale(m, p, &S, &inv);                                                               \
-        for (int64_t i = 0; i < bs; ++i) store_##SUF(o, i, quant_elem(load_##SUF(x, i), S, inv, p)); \
+        for (int64_t i = 0; i < bs; ++i)                                                           \
+            for (int64_t j = 0; j < n; ++j) {                                                      \
+                int64_t k = i * post + j;                                                          \
+                if (S[j] != S[j]) store_nan_##SUF(o, k);                                           \
+                else store_##SUF(o, k, quant_elem(load_##SUF(x, k), S[j], inv[j], p));            \
+            }                                                                                      \
     }                                                                                              \
                                                                                                    \
-    /* Columns [q0, q0 + nq) of one (block, post) tile: each column is a block of stride post. */  \
-    INLINE void col_chunk_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t post, int64_t q0, int64_t nq, \
+    /* n consecutive blocks of bs values (post == 1): maxima, scales, elements. */                \
+    INLINE void row_group_##SUF(const T *restrict x, T *restrict o, const int64_t bs, int64_t n,   \
                                 const mx_params p) {                                               \
+        uint32_t m[CHUNK];                                                                         \
+        float S[CHUNK], inv[CHUNK];                                                                \
+        for (int64_t j = 0; j < n; ++j) m[j] = block_absmax_##SUF(x + j * bs, bs);                \
+        block_scales(m, S, inv, n, p);                                                             \
+        apply_##SUF(x, o, bs, n, 1, S, inv, p);                                                    \
+    }                                                                                              \
+                                                                                                   \
+    /* Columns [0, nq) of one (block, post) tile, each column a block of stride post. */          \
+    INLINE void col_chunk_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t post,      \
+                                int64_t nq, const mx_params p) {                                   \
         uint32_t m[CHUNK];                                                                         \
         float S[CHUNK], inv[CHUNK];                                                                \
         for (int64_t q = 0; q < nq; ++q) m[q] = 0;                                                 \
         for (int64_t i = 0; i < bs; ++i)                                                           \
             for (int64_t q = 0; q < nq; ++q) {                                                     \
-                uint32_t a = absbits_##SUF(x, i * post + q0 + q);                                  \
+                uint32_t a = absbits_##SUF(x, i * post + q);                                       \
                 m[q] = a > m[q] ? a : m[q];                                                        \
             }                                                                                      \
-        for (int64_t q = 0; q < nq; ++q) {                                                         \
-            if (m[q] >= 0x7f800000u) { /* a NaN/Inf block: S = NaN marks it for the loop below */ \
-                S[q] = u2f(0x7fc00000u);                                                           \
-                inv[q] = 1.0f;                                                                     \
-            } else {                                                                               \
-                block_scale(m[q], p, &S[q], &inv[q]);                                              \
-            }                                                                                      \
-        }                                                                                          \
-        for (int64_t i = 0; i < bs; ++i)                                                           \
-            for (int64_t q = 0; q < nq; ++q) {                                                     \
-                int64_t j = i * post + q0 + q;                                                     \
-                if (S[q] != S[q]) store_nan_##SUF(o, j);                                           \
-                else store_##SUF(o, j, quant_elem(load_##SUF(x, j), S[q], inv[q], p));             \
-            }                                                                                      \
+        block_scales(m, S, inv, nq, p);                                                            \
+        apply_##SUF(x, o, bs, nq, post, S, inv, p);                                                \
     }                                                                                              \
                                                                                                    \
-    void mx_quantize_##SUF(const T *restrict x, T *restrict o, int64_t ntiles, int64_t bs, int64_t post,             \
-                           const mx_params *params, int32_t threads) {                             \
+    void mx_quantize_##SUF(const T *restrict x, T *restrict o, int64_t ntiles, int64_t bs,         \
+                           int64_t post, const mx_params *params, int32_t threads) {               \
         /* A local copy: the output stores cannot alias it, so the loops keep it in registers. */  \
         const mx_params p = *params;                                                               \
-        if (post == 1) {                                                                           \
+        if (post == 1) { /* groups of up to CHUNK blocks: the scales vectorize across blocks */    \
+            int64_t group = bs >= CHUNK ? 1 : CHUNK / bs, ngroups = (ntiles + group - 1) / group;  \
             _Pragma("omp parallel for schedule(static) num_threads(threads)")                      \
-            for (int64_t b = 0; b < ntiles; ++b) {                                                 \
-                if (bs == 32) row_block_##SUF(x + b * 32, o + b * 32, 32, p);                      \
-                else if (bs == 16) row_block_##SUF(x + b * 16, o + b * 16, 16, p);                 \
-                else row_block_##SUF(x + b * bs, o + b * bs, bs, p);                               \
+            for (int64_t t = 0; t < ngroups; ++t) {                                                \
+                int64_t b = t * group, n = ntiles - b < group ? ntiles - b : group;               \
+                if (bs == 32) row_group_##SUF(x + b * 32, o + b * 32, 32, n, p);                   \
+                else if (bs == 16) row_group_##SUF(x + b * 16, o + b * 16, 16, n, p);              \
+                else row_group_##SUF(x + b * bs, o + b * bs, bs, n, p);                            \
             }                                                                                      \
             return;                                                                                \
         }                                                                                          \
@@ -164,16 +187,17 @@ INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
         for (int64_t t = 0; t < ntiles * nchunks; ++t) {                                           \
             int64_t b = t / nchunks, q0 = (t % nchunks) * CHUNK;                                   \
             int64_t nq = post - q0 < CHUNK ? post - q0 : CHUNK;                                    \
-            col_chunk_##SUF(x + b * bs * post, o + b * bs * post, bs, post, q0, nq, p);            \
+            col_chunk_##SUF(x + b * bs * post + q0, o + b * bs * post + q0, bs, post, nq, p);      \
         }                                                                                          \
     }                                                                                              \
                                                                                                    \
     /* The largest |x| of the whole tensor as a bit pattern (>= 0x7f800000: NaN or Inf present). */ \
     uint32_t mx_absmax_bits_##SUF(const T *x, int64_t n, int32_t threads) {                        \
+        const int64_t span = 1 << 14, nspans = (n + span - 1) / span;                              \
         uint32_t m = 0;                                                                            \
         _Pragma("omp parallel for schedule(static) reduction(max : m) num_threads(threads)")       \
-        for (int64_t i = 0; i < n; ++i) {                                                          \
-            uint32_t a = absbits_##SUF(x, i);                                                      \
+        for (int64_t t = 0; t < nspans; ++t) {                                                     \
+            uint32_t a = block_absmax_##SUF(x + t * span, n - t * span < span ? n - t * span : span); \
             m = a > m ? a : m;                                                                     \
         }                                                                                          \
         return m;                                                                                  \
