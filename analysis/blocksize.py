@@ -367,24 +367,12 @@ def relative_mse(
 # Monte Carlo with the project's quantizer
 
 
-@contextmanager
-def _eager():
-    """The eager quantizer: compiling one graph per spec would cost far more than it saves here."""
-    import quant
-
-    old = quant.get_backend()
-    quant.set_backend("eager")
-    try:
-        yield
-    finally:
-        quant.set_backend(old)
-
-
 def _quant_error(x, v: Variant, block_size: int, elem: str):
     """Sum of squared quantization errors of fp32 tensor x (blocks along its last dim), in float64."""
     import quant
 
-    with _eager():
+    # The C kernel (eager where it does not apply): compiling a graph per spec would cost more here.
+    with quant.use_backend("native"):
         q = quant.quantize(
             x,
             elem,

@@ -15,7 +15,15 @@ from quant.formats import (
     recipe,
     scale_format,
 )
-from quant.mx import QuantSpec, clip_fraction, get_backend, quantize, quantize_spec, set_backend
+from quant.mx import (
+    QuantSpec,
+    clip_fraction,
+    get_backend,
+    quantize,
+    quantize_spec,
+    set_backend,
+    use_backend,
+)
 from quant.ops import MatMul, MatmulSpecs, fake_quant_ste, qlinear, qmatmul
 from quant.policy import ROLES, QuantPolicy
 
@@ -50,4 +58,5 @@ __all__ = [
     "recipe",
     "scale_format",
     "set_backend",
+    "use_backend",
 ]

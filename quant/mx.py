@@ -51,9 +51,11 @@ fp16, stochastic rounding). ``set_backend`` chooses; "auto" takes the first that
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -246,8 +248,9 @@ _backend = os.environ.get("MXSWEEP_QUANT_BACKEND", "auto")
 
 def set_backend(name: str) -> None:
     """``eager`` (the reference), ``compiled`` (torch.compile, one graph per QuantSpec), ``native``
-    (the C kernel of ``quant.native`` where it applies, else as ``auto``) or ``auto`` (native, then
-    compiled for tensors of at least ``COMPILE_MIN_NUMEL`` elements, then eager)."""
+    (the C kernel of ``quant.native`` where it applies, eager elsewhere: no compile time) or
+    ``auto`` (native, then compiled for tensors of at least ``COMPILE_MIN_NUMEL`` elements, then
+    eager)."""
     global _backend
     if name not in _BACKENDS:
         raise ValueError(f"unknown quant backend {name!r}; choose one of {_BACKENDS}")
@@ -256,6 +259,17 @@ def set_backend(name: str) -> None:
 
 def get_backend() -> str:
     return _backend
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """``set_backend(name)`` for the duration of a ``with`` block, then the previous backend."""
+    old = _backend
+    set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(old)
 
 
 @functools.cache

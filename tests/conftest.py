@@ -28,12 +28,8 @@ def eager_backend(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("compile") is not None:
         yield
         return
-    old = quant.get_backend()
-    quant.set_backend("eager")
-    try:
+    with quant.use_backend("eager"):
         yield
-    finally:
-        quant.set_backend(old)
 
 
 @pytest.fixture
