@@ -121,25 +121,25 @@ BLOCK_ABSMAX(uint16_t, bf16)
 INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
 
 #define KERNELS(T, SUF)                                                                            \
-    /* Elements of n blocks of bs values each, at stride `post` between a block's values and     \
-     * stride `step` between blocks, from their S and 1/S (S = NaN: the block is NaN). */          \
+    /* Element k of a block with scale S and 1/S = inv (S = NaN: the block holds NaN or Inf). */   \
+    INLINE void put_##SUF(const T *restrict x, T *restrict o, int64_t k, float S, float inv,       \
+                          const mx_params p) {                                                     \
+        if (S != S) store_nan_##SUF(o, k);                                                         \
+        else store_##SUF(o, k, quant_elem(load_##SUF(x, k), S, inv, p));                          \
+    }                                                                                              \
+                                                                                                   \
+    /* The elements of n blocks of bs values from their scales. post == 1: block j is             \
+     * x[j*bs .. j*bs + bs), vectorized along the block; else block j is the column x[i*post + j], \
+     * vectorized across the blocks. */                                                            \
     INLINE void apply_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t n, int64_t post, \
                             const float *S, const float *inv, const mx_params p) {                 \
         if (post == 1) {                                                                           \
             for (int64_t j = 0; j < n; ++j)                                                        \
-                for (int64_t i = 0; i < bs; ++i) {                                                 \
-                    int64_t k = j * bs + i;                                                        \
-                    if (S[j] != S[j]) store_nan_##SUF(o, k);                                       \
-                    else store_##SUF(o, k, quant_elem(load_##SUF(x, k), S[j], inv[j], p));        \
-                }                                                                                  \
+                for (int64_t i = 0; i < bs; ++i) put_##SUF(x, o, j * bs + i, S[j], inv[j], p);    \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < bs; ++i)                                                           \
-            for (int64_t j = 0; j < n; ++j) {                                                      \
-                int64_t k = i * post + j;                                                          \
-                if (S[j] != S[j]) store_nan_##SUF(o, k);                                           \
-                else store_##SUF(o, k, quant_elem(load_##SUF(x, k), S[j], inv[j], p));            \
-            }                                                                                      \
+            for (int64_t j = 0; j < n; ++j) put_##SUF(x, o, i * post + j, S[j], inv[j], p);        \
     }                                                                                              \
                                                                                                    \
     /* n consecutive blocks of bs values (post == 1): maxima, scales, elements. */                \
