@@ -18,12 +18,12 @@ mxsweep is timed on its fast paths: ``native`` (the C kernel of ``quant.native``
 does not cover). Targets, for the default path: mxsweep <= 3x ``x.clone()``, and >= 5x faster than
 torchao's eager emulation.
 
-What ``x.clone()`` costs depends on the allocator, not on us: glibc serves a 64 MiB fp32 result
-from fresh ``mmap`` pages (page faults and zeroing included, ~4x ``copy_``), but a 32 MiB bf16 one
-may come from recycled heap memory once earlier large frees have raised glibc's mmap threshold
-(torchao's temporaries do that), and then costs about as little as ``copy_``. Our result is allocated
-the same way as the clone's, so the ratio is fair in either state, but it is larger in the recycled
-one; the script prints which state the clone was in.
+What ``x.clone()`` costs depends on the allocator, not on us: a result in fresh ``mmap`` pages pays
+page faults and zeroing (~4x ``copy_``); one in recycled heap memory costs about as little as
+``copy_``. Left to itself (``--alloc glibc``) glibc picks either from run to run, and not
+necessarily the same for the clone and for our result. ``--alloc fresh`` and ``--alloc recycled``
+pin both to one state (``mallopt``), for ratios that mean the same every run; the script also
+prints which state the clone was in.
 
 A second part times a quantized Linear (forward + backward, 4096 tokens, 1024 -> 4096) made
 by ``quant.convert`` against ``nn.Linear``.
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ctypes
 import functools
 import json
 import os
@@ -298,6 +299,13 @@ def parse_args(argv=None):
         "compiled graph per QuantSpec and dtype, past the limit dynamo silently runs eager)",
     )
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="default: os.cpu_count()")
+    p.add_argument(
+        "--alloc",
+        choices=list(ALLOC_MODES),
+        default="glibc",
+        help="where large results come from: glibc's own choice (default; varies run to run), "
+        "always fresh pages (page faults, the cost of new memory), or always recycled heap memory",
+    )
     p.add_argument("--json", type=Path, help="also write all numbers to this JSON file")
     args = p.parse_args(argv)
     if args.quick:
@@ -306,8 +314,30 @@ def parse_args(argv=None):
     return args
 
 
+# glibc mallopt parameters (malloc.h) and the settings of each --alloc mode.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+ALLOC_MODES = {
+    "glibc": {},
+    # every large block is its own mmap, unmapped on free: each new result is page-faulted in
+    "fresh": {_M_MMAP_THRESHOLD: 128 * 1024},
+    # no mmap, never trim the heap: after warm-up every result reuses memory already faulted in
+    "recycled": {_M_MMAP_MAX: 0, _M_TRIM_THRESHOLD: 2**31 - 1},
+}
+
+
+def set_alloc_mode(mode: str) -> None:
+    """Make ``x.clone()`` and mxsweep's results come from the same kind of memory (glibc only)."""
+    if not ALLOC_MODES[mode]:
+        return
+    libc = ctypes.CDLL(None)
+    for param, value in ALLOC_MODES[mode].items():
+        if libc.mallopt(param, value) != 1:
+            raise SystemExit(f"--alloc {mode}: mallopt({param}, {value}) failed (not glibc?)")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    set_alloc_mode(args.alloc)
     torch.set_num_threads(args.threads)
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, args.recompile_limit)
     torchao, why = (None, "--no-torchao") if args.no_torchao else load_torchao()
@@ -318,7 +348,7 @@ def main(argv=None) -> int:
     # Every fake-quant result is a fresh allocation: a 64 MiB one is page-faulted in 4 KiB pages
     # unless PyTorch is asked for transparent huge pages, which moves both floor and fake-quant.
     print(
-        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}; "
+        f"--alloc {args.alloc}; THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}; "
         f"load average at start {load_average()} (timings are only comparable on an idle machine)"
     )
     if torchao is None:
