@@ -288,8 +288,10 @@ def _can_compile() -> bool:
 
 
 def _run(fn, x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
-    if _backend in ("auto", "native") and fn is _fake_quant_blocks and native.supports(x, spec):
-        return native.fake_quant_blocks(x, spec)
+    if _backend in ("auto", "native") and native.supports(x, spec):
+        return (native.fake_quant_blocks if fn is _fake_quant_blocks else native.fake_quant_elementwise)(
+            x, spec
+        )
     use = _backend == "compiled" or (
         _backend != "eager" and x.numel() >= COMPILE_MIN_NUMEL and (x.device.type != "cpu" or _can_compile())
     )

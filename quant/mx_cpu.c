@@ -94,6 +94,20 @@ INLINE float quant_elem(float x, float S, float inv, const mx_params p) {
     return o > F32_MAX ? F32_MAX : (o < -F32_MAX ? -F32_MAX : o);
 }
 
+/* Element-wise formats (no block scale): bf16 (grid = 0) rounds half to even at bit 16 of the fp32
+ * pattern, which is also exact on bf16's subnormal grid, and saturates at bf16's max instead of
+ * overflowing; other grids (fp16) use round_grid. Inf passes through, NaN stays NaN. */
+INLINE float round_elementwise(float v, int32_t bf16, const mx_params p) {
+    uint32_t u = f2u(v), a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return v;
+    if (bf16) {
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        return (r & 0x7fffffffu) >= 0x7f800000u ? u2f((u & 0x80000000u) | 0x7f7f0000u) : u2f(r);
+    }
+    float r = round_grid(u2f(a), p.e_emin, p.e_emax1, p.e_mbits, p.elem_max);
+    return u2f(f2u(r) | (u & 0x80000000u));
+}
+
 /* Element types: |x| as bits, x as fp32, and the stores: of a finite value (fp32 -> bf16 rounds half
  * to even, as PyTorch's conversion) and of the NaN that fills a block holding NaN or Inf. */
 INLINE uint32_t absbits_f32(const float *x, int64_t i) { return f2u(x[i]) & 0x7fffffffu; }
@@ -101,7 +115,7 @@ INLINE float load_f32(const float *x, int64_t i) { return x[i]; }
 INLINE void store_f32(float *o, int64_t i, float v) { o[i] = v; }
 INLINE uint32_t absbits_bf16(const uint16_t *x, int64_t i) { return (uint32_t)(x[i] & 0x7fffu) << 16; }
 INLINE float load_bf16(const uint16_t *x, int64_t i) { return u2f((uint32_t)x[i] << 16); }
-INLINE void store_bf16(uint16_t *o, int64_t i, float v) { /* v is finite here: no NaN case */
+INLINE void store_bf16(uint16_t *o, int64_t i, float v) { /* v is never NaN here (Inf stays Inf) */
     uint32_t u = f2u(v);
     o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
@@ -188,6 +202,18 @@ INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
             int64_t b = t / nchunks, q0 = (t % nchunks) * CHUNK;                                   \
             int64_t nq = post - q0 < CHUNK ? post - q0 : CHUNK;                                    \
             col_chunk_##SUF(x + b * bs * post + q0, o + b * bs * post + q0, bs, post, nq, p);      \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    /* An element-wise format over n values (grid: 1 = bf16's, 0 = the one in params). */          \
+    void mx_round_##SUF(const T *restrict x, T *restrict o, int64_t n, int32_t bf16,               \
+                        const mx_params *params, int32_t threads) {                                \
+        const mx_params p = *params;                                                               \
+        _Pragma("omp parallel for schedule(static) num_threads(threads)")                          \
+        for (int64_t k = 0; k < n; ++k) {                                                          \
+            float v = round_elementwise(load_##SUF(x, k), bf16, p);                               \
+            if (v != v) store_nan_##SUF(o, k);                                                     \
+            else store_##SUF(o, k, v);                                                             \
         }                                                                                          \
     }                                                                                              \
                                                                                                    \

@@ -5,9 +5,10 @@ block's scale once and lets the compiler vectorize the element loop, so fp32 run
 speed and bf16 at about 2.5x (4096², 2 cores); torch.compile's fused kernel takes 2-3x longer
 (``benchmarks/quant_bench.py``). It is bit-identical to the eager reference (tested).
 
-What it covers: CPU tensors in fp32 or bf16, block formats, round-to-nearest-even, any block size,
-every scale format and rule, the two-level global scale. Everything else (fp16, CUDA, ``away`` and
-``stochastic`` rounding, element-wise bf16/fp16 rounding) stays on the torch paths.
+What it covers: CPU tensors in fp32 or bf16 with round-to-nearest-even: block formats (any block
+size, every scale format and rule, the two-level global scale) and the element-wise bf16/fp16
+roundings. Everything else (fp16 tensors, CUDA, ``away`` and ``stochastic`` rounding) stays on the
+torch paths.
 
 Build: ``cc -O3 -march=native -ffp-contract=off -fopenmp`` (never -ffast-math: the numerics depend
 on IEEE fp32 arithmetic without contraction) into ``$MXSWEEP_CACHE_DIR`` (default
@@ -105,6 +106,10 @@ def _library() -> ctypes.CDLL | None:
         )
         return None
     for suffix in _SUFFIX.values():
+        r = getattr(lib, f"mx_round_{suffix}")
+        r.restype = None
+        r.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32,
+                      ctypes.POINTER(_Params), ctypes.c_int32]  # fmt: skip
         q = getattr(lib, f"mx_quantize_{suffix}")
         q.restype = None
         q.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -120,24 +125,32 @@ def available() -> bool:
     return _library() is not None
 
 
-def supports(x4: torch.Tensor, spec) -> bool:
-    """Whether the kernel computes ``quant.mx._fake_quant_blocks(x4, spec, None)`` for this input."""
+def supports(x: torch.Tensor, spec) -> bool:
+    """Whether the kernel computes ``quant.mx``'s result for this input: ``_fake_quant_blocks(x, spec,
+    None)`` for a block spec (x of shape (pre, nblocks, block, post)), ``_fake_quant_elementwise``
+    otherwise."""
     from quant.formats import Rounding
 
+    grid = spec.elem.grid
     return (
-        x4.device.type == "cpu"
-        and x4.dtype in _SUFFIX
+        x.device.type == "cpu"
+        and x.dtype in _SUFFIX
         and spec.rounding is Rounding.EVEN
-        and spec.block_size is not None
-        and not (x4.requires_grad and torch.is_grad_enabled())  # no autograd graph through C
+        and (spec.block_size is not None or grid.mbits == 7 and grid.emin == -126 or _fast_grid(grid))
+        and not (x.requires_grad and torch.is_grad_enabled())  # no autograd graph through C
         and available()
     )
+
+
+def _fast_grid(grid) -> bool:
+    """Grids whose steps are normal fp32 powers of two (the kernel's round_grid): fp16, every MX one."""
+    return grid.emin - grid.mbits >= -126 and grid.emax - grid.mbits <= 103
 
 
 @functools.lru_cache(maxsize=256)
 def _params(spec) -> _Params:
     elem, scale = spec.elem, spec.scale
-    sgrid = scale.grid
+    sgrid = scale.grid if spec.block_size is not None else None
     return _Params(
         scale_kind=_SCALE_KIND[scale.kind],
         ceil_rule=int(spec.scale_rule is ScaleRule.CEIL),
@@ -177,5 +190,20 @@ def fake_quant_blocks(x4: torch.Tensor, spec) -> torch.Tensor:
     pre, nb, bs, post = x4.shape
     getattr(lib, f"mx_quantize_{suffix}")(
         x4.data_ptr(), out.data_ptr(), pre * nb, bs, post, ctypes.byref(params), threads
+    )
+    return out
+
+
+def fake_quant_elementwise(x: torch.Tensor, spec) -> torch.Tensor:
+    """``quant.mx._fake_quant_elementwise(x, spec, None)`` for an input that ``supports`` accepts."""
+    lib = _library()
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    if x.numel() == 0:
+        return out
+    threads = torch.get_num_threads() if x.numel() >= PARALLEL_MIN_NUMEL else 1
+    bf16 = int(not _fast_grid(spec.elem.grid))  # the only other grid supports() lets through
+    getattr(lib, f"mx_round_{_SUFFIX[x.dtype]}")(
+        x.data_ptr(), out.data_ptr(), x.numel(), bf16, ctypes.byref(_params(spec)), threads
     )
     return out

@@ -33,15 +33,16 @@ SCALES = [
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts calls of the C kernel, so a test knows the native path really ran."""
+    """Counts calls of the C kernels, so a test knows the native path really ran."""
     n = {"calls": 0}
-    real = native.fake_quant_blocks
+    for name in ("fake_quant_blocks", "fake_quant_elementwise"):
+        real = getattr(native, name)
 
-    def counted(x4, spec):
-        n["calls"] += 1
-        return real(x4, spec)
+        def counted(x, spec, real=real):
+            n["calls"] += 1
+            return real(x, spec)
 
-    monkeypatch.setattr(native, "fake_quant_blocks", counted)
+        monkeypatch.setattr(native, name, counted)
     return n
 
 
@@ -78,6 +79,21 @@ def test_block_sizes_ragged_tails_and_axis0(block_size, axis, calls):
     assert calls["calls"] == 8
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_elementwise_formats_bit_identical(fmt, dtype, calls):
+    """bf16/fp16 rounding of fp32 (and bf16) values: ties, subnormals of both grids, values past
+    their max (saturate), ±Inf (pass through) and NaN."""
+    x = hard_input((40, 256), dtype)
+    tiny = torch.exp2(-torch.arange(100, 150, dtype=torch.float32)) * 1.4  # bf16 and fp32 subnormals
+    edge = torch.tensor([3.3895e38, 3.3896e38, 3.4e38, 65504.0, 65519.0, 65520.0, 1e5, 2.0**-24 * 1.5])
+    x = torch.cat([x.flatten(), tiny.to(dtype), edge.to(dtype), -edge.to(dtype)])
+    eager, fast = _both(x, fmt)
+    assert_bitwise(eager, fast, f"{fmt} element-wise {dtype}")
+    assert torch.isinf(eager).any() and eager.isnan().any()
+    assert calls["calls"] == 1
+
+
 def test_large_tensor_uses_all_threads_and_matches(calls):
     x = torch.randn(256, 4096, generator=torch.Generator().manual_seed(0))
     eager, fast = _both(x, "nvfp4")
@@ -91,7 +107,7 @@ def test_what_it_does_not_cover_stays_on_the_torch_paths(calls):
     quant.quantize(x.half(), "fp8_e4m3")  # fp16
     quant.quantize(x, "fp8_e4m3", rounding="away")
     quant.quantize(x, "fp8_e4m3", rounding="stochastic", generator=torch.Generator().manual_seed(0))
-    quant.quantize(x, "bf16")  # element-wise
+    quant.quantize(x, "bf16", rounding="stochastic", generator=torch.Generator().manual_seed(0))
     w = x.clone().requires_grad_()
     out = quant.quantize(w, "fp8_e4m3")  # autograd through the torch ops, as before
     assert out.requires_grad
@@ -108,16 +124,21 @@ def test_empty_and_scalar_inputs():
     assert_bitwise(eager, fast, "0-d")
 
 
-def test_converted_lm_forward_and_gradients_match_eager(calls):
+POLICIES = {
+    "full MX": dict(w="fp8_e4m3", a="fp8_e4m3", g_dgrad="fp8_e5m2", g_wgrad="fp8_e5m2",
+                    norm_affine="fp8_e4m3", attention=True),
+    "hybrid": dict(w="fp8_e4m3", a="bf16", norm_affine="bf16", vector_ops="bf16"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", POLICIES.values(), ids=POLICIES.keys())
+def test_converted_lm_forward_and_gradients_match_eager(policy, calls):
     """A whole model: every GEMM operand (forward, dgrad, wgrad, along their own axes), the LN
-    affine weights and the attention matmuls go through the kernel; outputs and every gradient
-    equal the eager reference bit for bit."""
+    affine weights, the attention matmuls and the bf16 vector ops go through the kernels; outputs
+    and every gradient equal the eager reference bit for bit."""
     from models import LMConfig, build_lm
 
-    policy = quant.QuantPolicy(
-        w="fp8_e4m3", a="fp8_e4m3", g_dgrad="fp8_e5m2", g_wgrad="fp8_e5m2", norm_affine="fp8_e4m3",
-        attention=True,
-    )  # fmt: skip
+    policy = quant.QuantPolicy(**policy)
     tokens = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(0))
     results = {}
     for backend in ("eager", "native"):
