@@ -44,9 +44,9 @@ Speed
 -----
 The eager path below allocates ~10 full-size temporaries; on CPU allocation dominates. Two fast
 paths compute the same values bit for bit (tested): ``quant.native``, a C loop built on first use,
-for CPU fp32/bf16 block formats with round-to-nearest-even (at about memcpy speed for fp32), and
-the same Python function compiled with ``torch.compile`` (one reduction + one pointwise loop; CUDA,
-fp16, stochastic rounding). ``set_backend`` chooses; "auto" takes the first that applies.
+for CPU fp32/bf16 tensors with round-to-nearest-even (block formats at about memcpy speed for fp32,
+and the element-wise roundings), and the same Python functions compiled with ``torch.compile``
+(one reduction + one pointwise loop; CUDA, fp16 tensors, stochastic rounding). ``set_backend`` chooses; "auto" takes the first that applies.
 """
 
 from __future__ import annotations
