@@ -46,7 +46,8 @@ The eager path below allocates ~10 full-size temporaries; on CPU allocation domi
 paths compute the same values bit for bit (tested): ``quant.native``, a C loop built on first use,
 for CPU fp32/bf16 tensors with round-to-nearest-even (block formats at about memcpy speed for fp32,
 and the element-wise roundings), and the same Python functions compiled with ``torch.compile``
-(one reduction + one pointwise loop; CUDA, fp16 tensors, stochastic rounding). ``set_backend`` chooses; "auto" takes the first that applies.
+(one reduction + one pointwise loop; CUDA, fp16 tensors, stochastic rounding). ``set_backend``
+chooses; "auto" takes the first that applies.
 """
 
 from __future__ import annotations
