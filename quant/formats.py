@@ -38,6 +38,7 @@ value, so the choice does not move results) and ``fp32`` (the exact amax/max "id
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -53,10 +54,18 @@ class Grid:
     mbits: int
     max: float
 
-    @property
+    @functools.cached_property
     def emax(self) -> int:
         """Exponent of the largest binade (OCP ``emax_elem``)."""
         return math.floor(math.log2(self.max))
+
+    @functools.cached_property
+    def normal_steps(self) -> bool:
+        """Every step 2**(e - mbits), e in [emin, emax + 1], is a normal fp32 power of two with room
+        above it for 2**(e - mbits + 23): what ``quant.mx``'s add-trick rounding and the C kernel
+        need. True for every MX element and scale grid and fp16; false for bf16 and fp32, whose
+        steps reach into fp32 subnormals."""
+        return self.emin - self.mbits >= -126 and self.emax - self.mbits <= 103
 
     @property
     def min_subnormal(self) -> float:

@@ -167,7 +167,7 @@ def _pow2(k: torch.Tensor) -> torch.Tensor:
 def _round_to_grid(y: torch.Tensor, grid: Grid, rounding: Rounding, u: torch.Tensor | None) -> torch.Tensor:
     """Round fp32 ``y`` onto ``grid`` (subnormals kept), saturating to ±grid.max. NaN stays NaN."""
     a = y.abs()
-    if rounding is Rounding.EVEN and grid.emin - grid.mbits >= -126 and grid.emax - grid.mbits <= 103:
+    if rounding is Rounding.EVEN and grid.normal_steps:
         # The hot path (every MX element and scale grid), the add trick of the module docstring:
         # k is log2 of the grid step, a < 2**(k + mbits + 1) <= M = 2**(k + 23). Exponents above
         # emax + 1 are clamped there: such |y| saturate anyway, and M stays finite.
@@ -175,8 +175,8 @@ def _round_to_grid(y: torch.Tensor, grid: Grid, rounding: Rounding, u: torch.Ten
         m = ((k + (23 + 127)) << 23).view(torch.float32)
         return torch.copysign(torch.clamp((a + m) - m, max=grid.max), y)
     k = _exponent(a).clamp(grid.emin, 127) - grid.mbits  # log2 of the grid step at |y|
-    # Grids with steps >= 2**-126 get q from one shift; bf16's reaches fp32 subnormals.
-    q = ((k + 127) << 23).view(torch.float32) if grid.emin - grid.mbits >= -126 else _pow2(k)
+    # Normal steps come from one shift; bf16's reach fp32 subnormals.
+    q = ((k + 127) << 23).view(torch.float32) if grid.normal_steps else _pow2(k)
     t = a / q  # exact: q is a power of two
     if rounding is Rounding.EVEN:
         r = torch.round(t)  # torch.round is round-half-to-even

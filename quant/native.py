@@ -30,10 +30,12 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
-from quant.formats import ScaleKind, ScaleRule
+from quant.formats import Rounding, ScaleKind, ScaleRule, elem_format
 
 SOURCE = Path(__file__).with_name("mx_cpu.c")
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC")
@@ -90,8 +92,21 @@ def _build(cc: str) -> Path:
     return lib
 
 
+class _Kernels(NamedTuple):
+    """The kernel's three entry points for one element type (mx_cpu.c's KERNELS)."""
+
+    quantize: Any  # (x, out, ntiles, block, post, params*, threads)
+    round: Any  # (x, out, n, bf16, params*, threads)
+    absmax_bits: Any  # (x, n, threads) -> uint32
+
+
+_P, _I32, _I64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+_PARAMS = ctypes.POINTER(_Params)
+
+
 @functools.cache
-def _library() -> ctypes.CDLL | None:
+def _kernels() -> dict[torch.dtype, _Kernels] | None:
+    """Build (or find) and load the library once; its entry points by tensor dtype."""
     if os.environ.get("MXSWEEP_NATIVE", "1") == "0":
         return None
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
@@ -105,46 +120,43 @@ def _library() -> ctypes.CDLL | None:
             f"quant: building the CPU kernel failed; torch paths instead: {detail[-500:]}", stacklevel=2
         )
         return None
-    for suffix in _SUFFIX.values():
-        r = getattr(lib, f"mx_round_{suffix}")
-        r.restype = None
-        r.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32,
-                      ctypes.POINTER(_Params), ctypes.c_int32]  # fmt: skip
-        q = getattr(lib, f"mx_quantize_{suffix}")
-        q.restype = None
-        q.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                      ctypes.POINTER(_Params), ctypes.c_int32]  # fmt: skip
-        m = getattr(lib, f"mx_absmax_bits_{suffix}")
-        m.restype = ctypes.c_uint32
-        m.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32]
-    return lib
+
+    def entry(name: str, restype, *argtypes):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, list(argtypes)
+        return fn
+
+    return {
+        dtype: _Kernels(
+            quantize=entry(f"mx_quantize_{suffix}", None, _P, _P, _I64, _I64, _I64, _PARAMS, _I32),
+            round=entry(f"mx_round_{suffix}", None, _P, _P, _I64, _I32, _PARAMS, _I32),
+            absmax_bits=entry(f"mx_absmax_bits_{suffix}", ctypes.c_uint32, _P, _I64, _I32),
+        )
+        for dtype, suffix in _SUFFIX.items()
+    }
 
 
 def available() -> bool:
     """True when the kernel is built (or can be) on this machine; ``MXSWEEP_NATIVE=0`` disables it."""
-    return _library() is not None
+    return _kernels() is not None
+
+
+_BF16_GRID = elem_format("bf16").grid  # the element-wise grid the kernel rounds by bit pattern
 
 
 def supports(x: torch.Tensor, spec) -> bool:
     """Whether the kernel computes ``quant.mx``'s result for this input: ``_fake_quant_blocks(x, spec,
     None)`` for a block spec (x of shape (pre, nblocks, block, post)), ``_fake_quant_elementwise``
     otherwise."""
-    from quant.formats import Rounding
-
     grid = spec.elem.grid
     return (
         x.device.type == "cpu"
         and x.dtype in _SUFFIX
         and spec.rounding is Rounding.EVEN
-        and (spec.block_size is not None or grid.mbits == 7 and grid.emin == -126 or _fast_grid(grid))
+        and (spec.block_size is not None or grid.normal_steps or grid == _BF16_GRID)
         and not (x.requires_grad and torch.is_grad_enabled())  # no autograd graph through C
         and available()
     )
-
-
-def _fast_grid(grid) -> bool:
-    """Grids whose steps are normal fp32 powers of two (the kernel's round_grid): fp16, every MX one."""
-    return grid.emin - grid.mbits >= -126 and grid.emax - grid.mbits <= 103
 
 
 @functools.lru_cache(maxsize=256)
@@ -170,40 +182,37 @@ def _params(spec) -> _Params:
     )
 
 
+def _threads(x: torch.Tensor) -> int:
+    return torch.get_num_threads() if x.numel() >= PARALLEL_MIN_NUMEL else 1
+
+
 def fake_quant_blocks(x4: torch.Tensor, spec) -> torch.Tensor:
     """``quant.mx._fake_quant_blocks(x4, spec, None)`` for a (pre, nblocks, block, post) tensor that
     ``supports`` accepts: same values, bit for bit."""
-    lib = _library()
-    suffix = _SUFFIX[x4.dtype]
+    kernels = _kernels()[x4.dtype]
     x4 = x4.contiguous()
     out = torch.empty_like(x4)
     if x4.numel() == 0:
         return out
-    threads = torch.get_num_threads() if x4.numel() >= PARALLEL_MIN_NUMEL else 1
-    params = _params(spec)
+    threads, params = _threads(x4), _params(spec)
     if spec.global_scale:
+        # g = amax_tensor / (max_elem * max_scale) in fp32, then quant.mx's guard for 0, Inf and NaN.
+        amax = np.array(kernels.absmax_bits(x4.data_ptr(), x4.numel(), threads), np.uint32).view(np.float32)
+        g = amax / np.float32(spec.elem.max * spec.scale.max)
         params = _Params.from_buffer_copy(params)
-        bits = getattr(lib, f"mx_absmax_bits_{suffix}")(x4.data_ptr(), x4.numel(), threads)
-        amax = torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)
-        g = amax / (spec.elem.max * spec.scale.max)  # as quant.mx: fp32 division, then the guard
-        params.g = float(g) if bool((g > 0) & torch.isfinite(g)) else 1.0
+        params.g = float(g) if g > 0 and np.isfinite(g) else 1.0
     pre, nb, bs, post = x4.shape
-    getattr(lib, f"mx_quantize_{suffix}")(
-        x4.data_ptr(), out.data_ptr(), pre * nb, bs, post, ctypes.byref(params), threads
-    )
+    kernels.quantize(x4.data_ptr(), out.data_ptr(), pre * nb, bs, post, ctypes.byref(params), threads)
     return out
 
 
 def fake_quant_elementwise(x: torch.Tensor, spec) -> torch.Tensor:
     """``quant.mx._fake_quant_elementwise(x, spec, None)`` for an input that ``supports`` accepts."""
-    lib = _library()
+    kernels = _kernels()[x.dtype]
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
-    threads = torch.get_num_threads() if x.numel() >= PARALLEL_MIN_NUMEL else 1
-    bf16 = int(not _fast_grid(spec.elem.grid))  # the only other grid supports() lets through
-    getattr(lib, f"mx_round_{_SUFFIX[x.dtype]}")(
-        x.data_ptr(), out.data_ptr(), x.numel(), bf16, ctypes.byref(_params(spec)), threads
-    )
+    bf16 = int(spec.elem.grid == _BF16_GRID)
+    kernels.round(x.data_ptr(), out.data_ptr(), x.numel(), bf16, ctypes.byref(_params(spec)), _threads(x))
     return out
