@@ -1,4 +1,4 @@
-"""Interleaved wall-clock timing shared by the benchmark scripts.
+"""Interleaved wall-clock timing shared by the benchmark scripts, and the machine it ran on.
 
 Every variant ("case") is a zero-argument callable. After an untimed-for-the-table warm-up
 (``warm_up``: compilation, allocator caches, lazy init), ``round_robin`` times all cases in turn,
@@ -9,10 +9,12 @@ disturbed round).
 
 from __future__ import annotations
 
+import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 Case = Callable[[], object]
 # Called after each round with the round number (1-based) and all samples so far.
@@ -83,3 +85,20 @@ def stats(ts: list[float], scale: float = 1.0) -> dict[str, float]:
 def stats_ms(ts: list[float]) -> dict[str, float]:
     """``stats`` of samples in seconds, in milliseconds."""
     return stats(ts, 1e3)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"

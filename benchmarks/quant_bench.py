@@ -48,7 +48,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import quant  # noqa: E402
-from benchmarks._timing import round_robin, stats_ms, warm_up  # noqa: E402
+from benchmarks._timing import cpu_model, load_average, round_robin, stats_ms, warm_up  # noqa: E402
 from quant import native  # noqa: E402
 
 TARGET_VS_CLONE = 3.0  # mxsweep's default path may take at most this many x.clone() times
@@ -65,23 +65,6 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 # ---------------------------------------------------------------------------------------------
 # Environment
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def load_torchao():

@@ -39,7 +39,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import quant  # noqa: E402
-from benchmarks._timing import round_robin, stats, warm_up  # noqa: E402
+from benchmarks._timing import cpu_model, round_robin, stats, warm_up  # noqa: E402
 from models import LMConfig, build_lm  # noqa: E402
 from train.loop import make_optimizer  # noqa: E402
 from train.tasks import LMTask  # noqa: E402
@@ -51,16 +51,6 @@ POLICIES: dict[str, quant.QuantPolicy | None] = {
     "full MX": quant.QuantPolicy(w="fp8_e4m3", a="fp8_e4m3", g_dgrad="fp8_e4m3", g_wgrad="fp8_e4m3"),
     "hybrid": quant.QuantPolicy(w="fp8_e4m3", a="bf16"),
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class _Tokens:
