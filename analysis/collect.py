@@ -118,7 +118,7 @@ def manifest_coords(manifests: list[Path]) -> dict[str, dict[str, Any]]:
     ``runs[].coords``: nominal budget ``C``, precision label, seed, swept params …)."""
     out: dict[str, dict[str, Any]] = {}
     for path in manifests:
-        manifest = _read_json(path)
+        manifest = _read_mapping(path, "JSON")
         runs = manifest.get("runs") if manifest else None
         if not isinstance(runs, list):
             continue
@@ -128,29 +128,24 @@ def manifest_coords(manifests: list[Path]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; None (with a warning) if it is not one."""
+def _read_mapping(path: Path, kind: str) -> dict[str, Any] | None:
+    """The JSON object or YAML mapping (``kind``) in ``path``; None, with a warning, if it is not one."""
+    parse, errors = _PARSERS[kind]
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        _warn(path, f"unreadable JSON ({type(e).__name__}: {e})")
+        obj = parse(path.read_text())
+    except (OSError, UnicodeDecodeError, *errors) as e:
+        _warn(path, f"unreadable {kind} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
         return None
     if not isinstance(obj, dict):
-        _warn(path, f"expected a JSON object, got {type(obj).__name__}")
+        _warn(path, f"expected a {kind} mapping, got {type(obj).__name__}")
         return None
     return obj
 
 
-def _read_yaml(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = yaml.load(path.read_text(), Loader=_Loader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        _warn(path, f"unreadable YAML ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-        return None
-    if not isinstance(obj, dict):
-        _warn(path, f"expected a YAML mapping, got {type(obj).__name__}")
-        return None
-    return obj
+_PARSERS = {
+    "JSON": (json.loads, (json.JSONDecodeError,)),
+    "YAML": (lambda text: yaml.load(text, Loader=_Loader), (yaml.YAMLError,)),
+}
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -194,13 +189,13 @@ def precision_fields(prec: dict[str, Any] | None) -> dict[str, Any]:
 def _row(run_dir: Path, root: Path, coords: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     summary = config = None
     if (run_dir / SUMMARY).exists():
-        summary = _read_json(run_dir / SUMMARY)
+        summary = _read_mapping(run_dir / SUMMARY, "JSON")
         if summary is None:
             return None
         if summary.get("kind") not in (None, "train", "run"):
             return None  # a study record (see study_records), not a training run
     if (run_dir / CONFIG).exists():
-        config = _read_yaml(run_dir / CONFIG)
+        config = _read_mapping(run_dir / CONFIG, "YAML")
         if config is None:
             return None
     if summary is None and config is None:
@@ -310,7 +305,7 @@ def study_records(sweep_dir: str | Path, kind: str) -> list[tuple[Path, dict[str
         if (d / SUMMARY).exists():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RecordWarning)  # collect warns about these already
-                summary = _read_json(d / SUMMARY)
+                summary = _read_mapping(d / SUMMARY, "JSON")
             if summary is not None and summary.get("kind") == kind:
                 out.append((d, summary))
     return out
