@@ -4,11 +4,11 @@ the fp32 twin, run records and config validation. CPU, tiny models."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 
 import pytest
 import torch
+from callbacks import StopAt
 from omegaconf import OmegaConf
 
 import quant
@@ -110,17 +110,6 @@ def test_proxy_loss_falls(tmp_path):
     assert summary["status"] == "done" and summary["N"] == PROXY_CFG.n_params
     assert sum(r["loss"] for r in rows[-5:]) / 5 < 0.5 * rows[0]["loss"]
     assert not any(k.startswith("clip_") for k in rows[-1])  # fp32: no clipping diagnostics
-
-
-class StopAt(Callback):
-    """Simulates a preemption: sends SIGUSR1 to this process after ``step``."""
-
-    def __init__(self, step: int):
-        self.at = step
-
-    def on_step_end(self, state, metrics):
-        if state.step == self.at:
-            os.kill(os.getpid(), signal.SIGUSR1)
 
 
 def _strip(rows: list[dict]) -> list[dict]:

@@ -4,8 +4,6 @@ No network: offline or disabled only, wandb's config/cache dirs inside tmp_path.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -15,12 +13,13 @@ from omegaconf import OmegaConf
 from models import ProxyConfig
 from train import record
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
-from train.hooks import Callback, default_hooks
+from train.hooks import default_hooks
 from train.loop import train
 from train.tasks import make_task
 from train.wandb_logger import WandbLogger, api_key_configured, precision_tags, resolve_mode, run_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from callbacks import StopAt  # noqa: E402
 from wandb_reader import offline_runs, read_run  # noqa: E402
 
 wandb = pytest.importorskip("wandb")
@@ -84,15 +83,6 @@ def test_offline_run_mirrors_the_record(tmp_path):
     assert logged["summary"]["status"] == "done" == summary["status"]
     assert logged["summary"]["final_val_loss"] == summary["final_val_loss"]
     assert logged["summary"]["N"] == summary["N"]
-
-
-class StopAt(Callback):
-    def __init__(self, step: int):
-        self.at = step
-
-    def on_step_end(self, state, metrics):
-        if state.step == self.at:
-            os.kill(os.getpid(), signal.SIGUSR1)
 
 
 def test_resume_continues_the_same_wandb_run(tmp_path):
