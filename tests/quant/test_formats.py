@@ -9,12 +9,12 @@ max, so the E8M0 scale is 2**(floor(log2 max) - emax) = 1 and the elements are c
 
 from __future__ import annotations
 
-import bisect
 import math
 from fractions import Fraction
 
 import pytest
 import torch
+from grid_reference import round_on_grid
 
 import quant
 from quant import ELEM_FORMATS, RECIPES, SCALE_FORMATS
@@ -80,25 +80,7 @@ def max_of(name: str) -> float:
 
 
 def ref_round(v: float, name: str, mode: str = "even") -> float:
-    """Nearest value of the enumerated grid; ties to the even code (or away from zero);
-    saturating at ±max. The grid index is the code, so an even index is an even mantissa."""
-    grid = GRID_FLOATS[name]
-    a = abs(v)
-    if a >= grid[-1]:
-        r = grid[-1]
-    else:
-        i = bisect.bisect_right(grid, a) - 1
-        lo, hi = grid[i], grid[i + 1]
-        # 2a and lo + hi are exact in float64 (grid points carry <= 8 significant bits).
-        if 2 * a < lo + hi:
-            r = lo
-        elif 2 * a > lo + hi:
-            r = hi
-        elif mode == "even":
-            r = lo if i % 2 == 0 else hi
-        else:
-            r = hi
-    return math.copysign(r, v)
+    return round_on_grid(v, GRID_FLOATS[name], mode)
 
 
 def signed_grid(name: str) -> list[float]:

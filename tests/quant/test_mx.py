@@ -16,6 +16,7 @@ from fractions import Fraction as Fr
 
 import pytest
 import torch
+from grid_reference import round_on_grid
 
 import quant
 
@@ -79,21 +80,7 @@ def f32(v: Fr) -> Fr:
 
 
 def grid_round(v: Fr, name: str, mode: str = "even") -> Fr:
-    """Nearest value of the enumerated grid (ties to the even code, or away), saturating."""
-    g = GRID[name]
-    a = abs(v)
-    if a >= g[-1]:
-        r = g[-1]
-    else:
-        i = bisect.bisect_right(g, a) - 1
-        lo, hi = g[i], g[i + 1]
-        if 2 * a < lo + hi or a == lo:
-            r = lo
-        elif 2 * a > lo + hi:
-            r = hi
-        else:
-            r = hi if mode == "away" or i % 2 else lo
-    return r if v >= 0 else -r
+    return round_on_grid(v, GRID[name], mode)
 
 
 def pow2_exponent(amax: Fr, name: str, rule: str) -> int:
