@@ -240,28 +240,21 @@ def _reference(x: torch.Tensor, block: int, fn) -> torch.Tensor:
 # MX FLOOR against torchao
 
 
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_mx_floor_randn(fmt, dtype, block):
-    x = randn_blocks((32, 1024), block, dtype, _gen("randn", fmt, dtype, block))
-    assert_bitwise_equal(_ours_mx(x, fmt, block), mx_floor(x, fmt, block), x, "randn")
+FLOOR_INPUTS = {  # name -> (seed key, maker(fmt, dtype, block, generator))
+    "randn": ("randn", lambda fmt, dtype, block, g: randn_blocks((32, 1024), block, dtype, g)),
+    "bf16 ties": ("ties", lambda fmt, dtype, block, g: bf16_tie_blocks((32, 1024), block, dtype, g)),
+    "binade edges": ("edges", lambda fmt, dtype, block, g: edge_blocks(block, fmt, dtype, g)),
+}
 
 
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_mx_floor_bf16_valued_ties(fmt, dtype, block):
-    x = bf16_tie_blocks((32, 1024), block, dtype, _gen("ties", fmt, dtype, block))
-    assert_bitwise_equal(_ours_mx(x, fmt, block), mx_floor(x, fmt, block), x, "bf16 ties")
-
-
-@pytest.mark.parametrize("block", BLOCKS)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_mx_floor_block_max_at_binade_edges(fmt, dtype, block):
-    x = edge_blocks(block, fmt, dtype, _gen("edges", fmt, dtype, block))
-    assert_bitwise_equal(_ours_mx(x, fmt, block), mx_floor(x, fmt, block), x, "binade edges")
+@pytest.mark.parametrize("inputs", FLOOR_INPUTS)
+def test_mx_floor_matches_torchao(inputs, fmt, dtype, block):
+    seed_key, make = FLOOR_INPUTS[inputs]
+    x = make(fmt, dtype, block, _gen(seed_key, fmt, dtype, block))
+    assert_bitwise_equal(_ours_mx(x, fmt, block), mx_floor(x, fmt, block), x, inputs)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
