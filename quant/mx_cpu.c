@@ -1,10 +1,10 @@
 /* The CPU fast path of quant.mx: fake-quantize fp32/bf16 tensors in MX blocks, round-to-nearest-even.
  *
- * This file is the algorithm of quant/mx.py's docstring written once more as one pass over memory,
- * because on CPU that algorithm is bound by arithmetic, not by memory, and a plain C loop that the
- * compiler vectorizes does it at memcpy speed for fp32 (torch.compile's kernel recomputes each
- * block's scale in scalar code for every vector of elements and is 2-3x slower). It must be, and is
- * tested to be, bit-identical to the eager reference in quant/mx.py (tests/quant/test_compiled.py).
+ * This file is the algorithm of quant/mx.py's docstring written once more as a loop over memory,
+ * because on CPU that algorithm is bound by arithmetic, not by memory: the work is in how few
+ * vector instructions each block takes. (torch.compile's kernel recomputes each block's scale in
+ * scalar code for every vector of elements and is 2-3x slower.) It must be, and is tested to be,
+ * bit-identical to the eager reference in quant/mx.py (tests/quant/test_native.py).
  *
  * Every step is IEEE-754 fp32 arithmetic on the values the reference computes: a divide where it
  * divides, a multiply where it multiplies. Build flags matter: -ffp-contract=off (no fused
@@ -12,13 +12,20 @@
  *
  *   block maxima   amax = max |x_i|, read as the largest absolute bit pattern (non-negative floats
  *                  order like their bits; a NaN or Inf makes the pattern >= 0x7f800000 and the
- *                  whole block NaN, the rule quant.mx documents)
+ *                  whole block NaN, the rule quant.mx documents). Blocks of 16 and 32 take their
+ *                  maxima 16 blocks at a time (tree_maxima: pairwise merges, no per-block
+ *                  horizontal reduction).
  *   scale          E8M0: 2**e from amax's exponent bits (floor, or the ceil rule), clamped;
  *                  UE4M3/UE5M3: amax / max_elem (over the global scale g, if any) rounded
  *                  half-to-even onto the scale grid; fp32: amax / max_elem
- *   elements       y = x * (1/S); |y| rounded onto the element grid with the add trick
- *                  ((|y| + M) - M, M = 2**(k + 23), whose ulp is the grid step 2**k); saturate;
- *                  sign back; times S; kept finite.
+ *   elements       y = x * (1/S); |y| clamped to max_elem and rounded onto the element grid with
+ *                  the add trick ((|y| + M) - M, M = 2**(k + 23), whose ulp is the grid step
+ *                  2**k); times S; kept finite; sign back.
+ *
+ * One pass over memory, except with the two-level (NVFP4) scale: its per-tensor amax must be known
+ * before any block's scale, so mx_block_maxima first stores every block's maximum (4 bytes each,
+ * 1/8 of a bf16 input in blocks of 16) and returns their max; mx_quantize then reads those instead of
+ * taking the maxima again. The input is read twice either way; the maxima are computed once.
  *
  * Layout: a contiguous (pre, nblocks, block, post) array, blocks along dim 2. post == 1 (blocks
  * along the last dim) is the common case and vectorizes along the block; post > 1 (e.g. the wgrad
@@ -86,12 +93,20 @@ INLINE void block_scales(const uint32_t *m, float *S, float *inv, int64_t n, con
     }
 }
 
-/* One element: y = x / S as x * (1/S), rounded onto the element grid, times S, kept finite. */
+/* One element: y = x / S as x * (1/S); |y| clamped to the largest element, rounded onto the element
+ * grid with the add trick, times S, kept finite, sign back. Clamping before rounding equals
+ * saturating after it (rounding is monotone and max_elem is on the grid). Both clamps compare bit
+ * patterns: |y| and |y| * S are >= 0, where floats order like their bits, and an integer min is
+ * one vector instruction where a float compare-and-select is two. */
 INLINE float quant_elem(float x, float S, float inv, const mx_params p) {
-    uint32_t yb = f2u(x * inv);
-    float r = round_grid(u2f(yb & 0x7fffffffu), p.e_emin, p.e_emax1, p.e_mbits, p.elem_max);
-    float o = u2f(f2u(r) | (yb & 0x80000000u)) * S;
-    return o > F32_MAX ? F32_MAX : (o < -F32_MAX ? -F32_MAX : o);
+    const uint32_t max_bits = f2u(p.elem_max), lo = (uint32_t)(p.e_emin + 127) << 23;
+    uint32_t yb = f2u(x * inv), ab = yb & 0x7fffffffu;
+    ab = ab < max_bits ? ab : max_bits;
+    uint32_t eb = ab > lo ? ab : lo; /* the grid step's binade: |y|'s, at least emin's */
+    float a = u2f(ab), m = u2f((eb & 0x7f800000u) + ((uint32_t)(23 - p.e_mbits) << 23));
+    uint32_t ob = f2u(((a + m) - m) * S);
+    ob = ob < 0x7f7fffffu ? ob : 0x7f7fffffu; /* F32_MAX */
+    return u2f(ob | (yb & 0x80000000u));
 }
 
 /* Element-wise formats (no block scale): bf16 (grid = 0) rounds half to even at bit 16 of the fp32
@@ -134,6 +149,85 @@ BLOCK_ABSMAX(float, f32)
 BLOCK_ABSMAX(uint16_t, bf16)
 INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
 
+/* Maxima of 16 blocks at once. One block per register and a horizontal max each costs a log2(bs)
+ * chain of shuffles per block; instead, registers holding several blocks are merged pairwise:
+ * each step takes the first halves of every block of two registers into one and the second halves
+ * into another (two two-register shuffles) and keeps their max, which halves the values left per
+ * block and doubles the blocks per register. After log2(bs) steps one register holds the maxima
+ * of 16 blocks, one per 32-bit lane, for about two instructions per block instead of ~10. Written
+ * with the vector extensions of GCC >= 12 and Clang, which lower to the target's own shuffles. */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define MX_TREE_MAXIMA 1
+#endif
+#endif
+#ifdef MX_TREE_MAXIMA
+typedef uint64_t vq __attribute__((vector_size(64), aligned(1)));
+typedef uint32_t vd __attribute__((vector_size(64), aligned(1)));
+typedef uint16_t vw __attribute__((vector_size(64), aligned(1)));
+/* Of the 128 bytes of registers a and b, the even (lo) and odd (hi) units of 256, 128, 64 and 32
+ * bits, in order. */
+#define PICK256(a, b, h) __builtin_shufflevector(a, b, 0 + 4 * h, 1 + 4 * h, 2 + 4 * h, 3 + 4 * h,      \
+                                                 8 + 4 * h, 9 + 4 * h, 10 + 4 * h, 11 + 4 * h)
+#define PICK128(a, b, h) __builtin_shufflevector(a, b, 0 + 2 * h, 1 + 2 * h, 4 + 2 * h, 5 + 2 * h,      \
+                                                 8 + 2 * h, 9 + 2 * h, 12 + 2 * h, 13 + 2 * h)
+#define PICK64(a, b, h) __builtin_shufflevector(a, b, 0 + h, 2 + h, 4 + h, 6 + h, 8 + h, 10 + h, 12 + h, \
+                                                14 + h)
+#define PICK32(a, b, h)                                                                            \
+    __builtin_shufflevector(a, b, 0 + h, 2 + h, 4 + h, 6 + h, 8 + h, 10 + h, 12 + h, 14 + h, 16 + h, \
+                            18 + h, 20 + h, 22 + h, 24 + h, 26 + h, 28 + h, 30 + h)
+/* Lane-wise max of unsigned vectors (C has no vector ?:; compilers emit one max instruction). */
+#define VMAX(V, a, b) (((a) & (V)((a) > (b))) | ((b) & ~(V)((a) > (b))))
+/* One merge step on n registers of element type V (vw: bf16 bits, vd: fp32 bits), units of U bits. */
+#define MERGE(V, n, r, PICK, VIEW)                                                                 \
+    for (int i = 0; i < (n) / 2; ++i) {                                                            \
+        V lo = (V)PICK((VIEW)r[2 * i], (VIEW)r[2 * i + 1], 0);                                     \
+        V hi = (V)PICK((VIEW)r[2 * i], (VIEW)r[2 * i + 1], 1);                                     \
+        r[i] = VMAX(V, lo, hi);                                                                    \
+    }
+
+/* |x| maxima of 16 consecutive blocks of bs (16 or 32) bf16 values, as fp32 bit patterns. */
+INLINE void tree_maxima_bf16(const uint16_t *x, uint32_t *m, int64_t bs) {
+    vw r[16];
+    int n = (int)bs / 2; /* registers of 32 values */
+    for (int i = 0; i < n; ++i) r[i] = *(const vw *)(x + 32 * i) & 0x7fffu;
+    if (bs == 32) MERGE(vw, 16, r, PICK256, vq) /* 16 registers of 1 block -> 8 of 2 */
+    MERGE(vw, 8, r, PICK128, vq)                /* 2 blocks of 16 per register -> 4 blocks of 8 */
+    MERGE(vw, 4, r, PICK64, vq)                 /* -> 8 blocks of 4 */
+    MERGE(vw, 2, r, PICK32, vd)                 /* -> 16 blocks of 2: one 32-bit lane each */
+    vd pair = (vd)r[0], lo = pair & 0xffffu, hi = pair >> 16;
+    vd best = VMAX(vd, lo, hi) << 16;
+    memcpy(m, &best, sizeof best);
+}
+
+/* The same for 16 blocks of bs (16 or 32) fp32 values. */
+INLINE void tree_maxima_f32(const float *x, uint32_t *m, int64_t bs) {
+    vd r[16];
+    for (int i = 0; i < 16; ++i) {
+        vd a = *(const vd *)(x + bs * i) & 0x7fffffffu;
+        if (bs == 32) {
+            vd b = *(const vd *)(x + bs * i + 16) & 0x7fffffffu;
+            a = VMAX(vd, a, b);
+        }
+        r[i] = a;
+    }
+    MERGE(vd, 16, r, PICK256, vq) /* 1 block of 16 per register -> 2 blocks of 8 */
+    MERGE(vd, 8, r, PICK128, vq)  /* -> 4 blocks of 4 */
+    MERGE(vd, 4, r, PICK64, vq)   /* -> 8 blocks of 2 */
+    MERGE(vd, 2, r, PICK32, vd)   /* -> 16 blocks of 1 */
+    memcpy(m, &r[0], sizeof r[0]);
+}
+#endif
+#ifdef MX_TREE_MAXIMA
+#define TREE_MAXIMA(...) __VA_ARGS__
+#else
+#define TREE_MAXIMA(...)
+#endif
+
+/* Blocks per group along rows: up to CHUNK, about 4096 values (16 KiB of fp32, in L1 while its
+ * maxima, scales and elements are computed). */
+INLINE int64_t row_group_blocks(int64_t bs) { return bs >= 4096 ? 1 : (4096 / bs < CHUNK ? 4096 / bs : CHUNK); }
+
 #define KERNELS(T, SUF)                                                                            \
     /* Element k of a block with scale S and 1/S = inv (S = NaN: the block holds NaN or Inf). */   \
     INLINE void put_##SUF(const T *restrict x, T *restrict o, int64_t k, float S, float inv,       \
@@ -156,43 +250,65 @@ INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
             for (int64_t j = 0; j < n; ++j) put_##SUF(x, o, i * post + j, S[j], inv[j], p);        \
     }                                                                                              \
                                                                                                    \
-    /* n consecutive blocks of bs values (post == 1): maxima, scales, elements. */                \
-    INLINE void row_group_##SUF(const T *restrict x, T *restrict o, const int64_t bs, int64_t n,   \
-                                const mx_params p) {                                               \
-        uint32_t m[CHUNK];                                                                         \
-        float S[CHUNK], inv[CHUNK];                                                                \
-        for (int64_t j = 0; j < n; ++j) m[j] = block_absmax_##SUF(x + j * bs, bs);                \
-        block_scales(m, S, inv, n, p);                                                             \
-        apply_##SUF(x, o, bs, n, 1, S, inv, p);                                                    \
+    /* The largest |x| bit patterns of n consecutive blocks of bs values. */                      \
+    INLINE void row_maxima_##SUF(const T *restrict x, uint32_t *m, int64_t bs, int64_t n) {        \
+        int64_t j = 0;                                                                             \
+        TREE_MAXIMA(                                                                               \
+            if (bs == 16 || bs == 32) for (; j + 16 <= n; j += 16) tree_maxima_##SUF(x + j * bs, m + j, bs);) \
+        for (; j < n; ++j) m[j] = block_absmax_##SUF(x + j * bs, bs);                              \
     }                                                                                              \
                                                                                                    \
-    /* Columns [0, nq) of one (block, post) tile, each column a block of stride post. */          \
-    INLINE void col_chunk_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t post,      \
-                                int64_t nq, const mx_params p) {                                   \
-        uint32_t m[CHUNK];                                                                         \
-        float S[CHUNK], inv[CHUNK];                                                                \
+    /* The same for nq columns of a (bs, post) tile: column q is a block of stride post. */       \
+    INLINE void col_maxima_##SUF(const T *restrict x, uint32_t *m, int64_t bs, int64_t post,       \
+                                 int64_t nq) {                                                     \
         for (int64_t q = 0; q < nq; ++q) m[q] = 0;                                                 \
         for (int64_t i = 0; i < bs; ++i)                                                           \
             for (int64_t q = 0; q < nq; ++q) {                                                     \
                 uint32_t a = absbits_##SUF(x, i * post + q);                                       \
                 m[q] = a > m[q] ? a : m[q];                                                        \
             }                                                                                      \
+    }                                                                                              \
+                                                                                                   \
+    /* n consecutive blocks of bs values (post == 1): maxima (or M's, already taken), scales,     \
+     * elements. */                                                                                \
+    INLINE void row_group_##SUF(const T *restrict x, T *restrict o, const int64_t bs, int64_t n,   \
+                                const uint32_t *M, const mx_params p) {                            \
+        uint32_t m[CHUNK];                                                                         \
+        float S[CHUNK], inv[CHUNK];                                                                \
+        if (M) memcpy(m, M, (size_t)n * sizeof *m);                                                \
+        else row_maxima_##SUF(x, m, bs, n);                                                        \
+        block_scales(m, S, inv, n, p);                                                             \
+        apply_##SUF(x, o, bs, n, 1, S, inv, p);                                                    \
+    }                                                                                              \
+                                                                                                   \
+    /* Columns [0, nq) of one (block, post) tile, each column a block of stride post. */          \
+    INLINE void col_chunk_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t post,      \
+                                int64_t nq, const uint32_t *M, const mx_params p) {                \
+        uint32_t m[CHUNK];                                                                         \
+        float S[CHUNK], inv[CHUNK];                                                                \
+        if (M) memcpy(m, M, (size_t)nq * sizeof *m);                                               \
+        else col_maxima_##SUF(x, m, bs, post, nq);                                                 \
         block_scales(m, S, inv, nq, p);                                                            \
         apply_##SUF(x, o, bs, nq, post, S, inv, p);                                                \
     }                                                                                              \
                                                                                                    \
+    /* The kernel. Blocks (tiles) of bs values along dim 2 of a (ntiles / post-less) layout; M, when \
+     * not NULL, holds every block's largest |x| bit pattern from mx_block_maxima (the two-level     \
+     * scaling's second pass), else each group of blocks takes its own maxima. */                    \
     void mx_quantize_##SUF(const T *restrict x, T *restrict o, int64_t ntiles, int64_t bs,         \
-                           int64_t post, const mx_params *params, int32_t threads) {               \
+                           int64_t post, const uint32_t *M, const mx_params *params,               \
+                           int32_t threads) {                                                      \
         /* A local copy: the output stores cannot alias it, so the loops keep it in registers. */  \
         const mx_params p = *params;                                                               \
         if (post == 1) { /* groups of up to CHUNK blocks: the scales vectorize across blocks */    \
-            int64_t group = bs >= CHUNK ? 1 : CHUNK / bs, ngroups = (ntiles + group - 1) / group;  \
+            int64_t group = row_group_blocks(bs), ngroups = (ntiles + group - 1) / group;         \
             _Pragma("omp parallel for schedule(static) num_threads(threads)")                      \
             for (int64_t t = 0; t < ngroups; ++t) {                                                \
                 int64_t b = t * group, n = ntiles - b < group ? ntiles - b : group;               \
-                if (bs == 32) row_group_##SUF(x + b * 32, o + b * 32, 32, n, p);                   \
-                else if (bs == 16) row_group_##SUF(x + b * 16, o + b * 16, 16, n, p);              \
-                else row_group_##SUF(x + b * bs, o + b * bs, bs, n, p);                            \
+                const uint32_t *Mb = M ? M + b : NULL;                                             \
+                if (bs == 32) row_group_##SUF(x + b * 32, o + b * 32, 32, n, Mb, p);               \
+                else if (bs == 16) row_group_##SUF(x + b * 16, o + b * 16, 16, n, Mb, p);          \
+                else row_group_##SUF(x + b * bs, o + b * bs, bs, n, Mb, p);                        \
             }                                                                                      \
             return;                                                                                \
         }                                                                                          \
@@ -201,8 +317,30 @@ INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
         for (int64_t t = 0; t < ntiles * nchunks; ++t) {                                           \
             int64_t b = t / nchunks, q0 = (t % nchunks) * CHUNK;                                   \
             int64_t nq = post - q0 < CHUNK ? post - q0 : CHUNK;                                    \
-            col_chunk_##SUF(x + b * bs * post + q0, o + b * bs * post + q0, bs, post, nq, p);      \
+            col_chunk_##SUF(x + b * bs * post + q0, o + b * bs * post + q0, bs, post, nq,          \
+                            M ? M + b * post + q0 : NULL, p);                                      \
         }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    /* Every block's largest |x| bit pattern into M (block b, column q at M[b * post + q]); returns \
+     * the largest of all (>= 0x7f800000: NaN or Inf present). The first pass of two-level scaling: \
+     * the per-tensor amax comes from the block maxima, so the input is not scanned twice for them. */ \
+    uint32_t mx_block_maxima_##SUF(const T *restrict x, uint32_t *restrict M, int64_t ntiles,      \
+                                   int64_t bs, int64_t post, int32_t threads) {                    \
+        uint32_t g = 0;                                                                            \
+        int64_t group = post > 1 ? 1 : row_group_blocks(bs);                                       \
+        int64_t ngroups = (ntiles + group - 1) / group;                                            \
+        _Pragma("omp parallel for schedule(static) reduction(max : g) num_threads(threads)")       \
+        for (int64_t t = 0; t < ngroups; ++t) {                                                    \
+            int64_t b = t * group, n = ntiles - b < group ? ntiles - b : group;                   \
+            uint32_t *m = M + b * post;                                                            \
+            if (post > 1) col_maxima_##SUF(x + b * bs * post, m, bs, post, post);                  \
+            else if (bs == 32) row_maxima_##SUF(x + b * 32, m, 32, n);                             \
+            else if (bs == 16) row_maxima_##SUF(x + b * 16, m, 16, n);                             \
+            else row_maxima_##SUF(x + b * bs, m, bs, n);                                           \
+            for (int64_t j = 0; j < n * post; ++j) g = m[j] > g ? m[j] : g;                        \
+        }                                                                                          \
+        return g;                                                                                  \
     }                                                                                              \
                                                                                                    \
     /* An element-wise format over n values (grid: 1 = bf16's, 0 = the one in params). */          \
@@ -215,18 +353,6 @@ INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
             if (v != v) store_nan_##SUF(o, k);                                                     \
             else store_##SUF(o, k, v);                                                             \
         }                                                                                          \
-    }                                                                                              \
-                                                                                                   \
-    /* The largest |x| of the whole tensor as a bit pattern (>= 0x7f800000: NaN or Inf present). */ \
-    uint32_t mx_absmax_bits_##SUF(const T *x, int64_t n, int32_t threads) {                        \
-        const int64_t span = 1 << 14, nspans = (n + span - 1) / span;                              \
-        uint32_t m = 0;                                                                            \
-        _Pragma("omp parallel for schedule(static) reduction(max : m) num_threads(threads)")       \
-        for (int64_t t = 0; t < nspans; ++t) {                                                     \
-            uint32_t a = block_absmax_##SUF(x + t * span, n - t * span < span ? n - t * span : span); \
-            m = a > m ? a : m;                                                                     \
-        }                                                                                          \
-        return m;                                                                                  \
     }
 
 KERNELS(float, f32)
