@@ -162,9 +162,12 @@ INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
 #endif
 #endif
 #ifdef MX_TREE_MAXIMA
-typedef uint64_t vq __attribute__((vector_size(64), aligned(1)));
-typedef uint32_t vd __attribute__((vector_size(64), aligned(1)));
-typedef uint16_t vw __attribute__((vector_size(64), aligned(1)));
+typedef uint64_t vq __attribute__((vector_size(64)));
+typedef uint32_t vd __attribute__((vector_size(64)));
+typedef uint16_t vw __attribute__((vector_size(64)));
+/* Loads through memcpy: any alignment, no aliasing of float memory as integers. */
+INLINE vw load_vw(const uint16_t *x) { vw v; memcpy(&v, x, sizeof v); return v; }
+INLINE vd load_vd(const float *x) { vd v; memcpy(&v, x, sizeof v); return v; }
 /* Of the 128 bytes of registers a and b, the even (lo) and odd (hi) units of 256, 128, 64 and 32
  * bits, in order. */
 #define PICK256(a, b, h) __builtin_shufflevector(a, b, 0 + 4 * h, 1 + 4 * h, 2 + 4 * h, 3 + 4 * h,      \
@@ -190,7 +193,7 @@ typedef uint16_t vw __attribute__((vector_size(64), aligned(1)));
 INLINE void tree_maxima_bf16(const uint16_t *x, uint32_t *m, int64_t bs) {
     vw r[16];
     int n = (int)bs / 2; /* registers of 32 values */
-    for (int i = 0; i < n; ++i) r[i] = *(const vw *)(x + 32 * i) & 0x7fffu;
+    for (int i = 0; i < n; ++i) r[i] = load_vw(x + 32 * i) & 0x7fffu;
     if (bs == 32) MERGE(vw, 16, r, PICK256, vq) /* 16 registers of 1 block -> 8 of 2 */
     MERGE(vw, 8, r, PICK128, vq)                /* 2 blocks of 16 per register -> 4 blocks of 8 */
     MERGE(vw, 4, r, PICK64, vq)                 /* -> 8 blocks of 4 */
@@ -204,9 +207,9 @@ INLINE void tree_maxima_bf16(const uint16_t *x, uint32_t *m, int64_t bs) {
 INLINE void tree_maxima_f32(const float *x, uint32_t *m, int64_t bs) {
     vd r[16];
     for (int i = 0; i < 16; ++i) {
-        vd a = *(const vd *)(x + bs * i) & 0x7fffffffu;
+        vd a = load_vd(x + bs * i) & 0x7fffffffu;
         if (bs == 32) {
-            vd b = *(const vd *)(x + bs * i + 16) & 0x7fffffffu;
+            vd b = load_vd(x + bs * i + 16) & 0x7fffffffu;
             a = VMAX(vd, a, b);
         }
         r[i] = a;
