@@ -227,6 +227,42 @@ INLINE void tree_maxima_f32(const float *x, uint32_t *m, int64_t bs) {
 #define TREE_MAXIMA(...)
 #endif
 
+/* quant_elem on 16 lanes with AVX-512 intrinsics, line for line (the same operations in the same
+ * order, so the same bits), for rows of blocks of 16, 32, 64... and for columns 16 at a time. GCC
+ * vectorizes quant_elem's loop with two 8-lane halves per block, packs with a permute and
+ * re-broadcasts constants; written out for 16-lane registers the element loop takes about a quarter
+ * less time for bf16 (fp32 is bound by memory either way). Elements travel as fp32 bit patterns
+ * (bf16 widened by a 16-bit shift). Without AVX-512 the plain loops in apply_* do the same; the
+ * tests run both builds. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+INLINE __m512i load16_f32(const float *x) { return _mm512_loadu_si512(x); }
+INLINE void store16_f32(float *o, __m512i v) { _mm512_storeu_si512(o, v); }
+INLINE __m512i load16_bf16(const uint16_t *x) {
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)x)), 16);
+}
+INLINE void store16_bf16(uint16_t *o, __m512i u) { /* store_bf16's rounding, 16 lanes */
+    const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                          _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)));
+    _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(u, bias), 16)));
+}
+INLINE __m512i quant16(__m512i xb, __m512 S, __m512 inv, const mx_params p) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), sign_mask = _mm512_set1_epi32((int)0x80000000u);
+    __m512i yb = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(xb), inv));
+    __m512i ab = _mm512_min_epu32(_mm512_and_si512(yb, abs_mask), _mm512_set1_epi32((int)f2u(p.elem_max)));
+    __m512i eb = _mm512_max_epu32(ab, _mm512_set1_epi32((p.e_emin + 127) << 23));
+    __m512 a = _mm512_castsi512_ps(ab);
+    __m512 m = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_and_si512(eb, _mm512_set1_epi32(0x7f800000)),
+                                                    _mm512_set1_epi32((23 - p.e_mbits) << 23)));
+    __m512i ob = _mm512_castps_si512(_mm512_mul_ps(_mm512_sub_ps(_mm512_add_ps(a, m), m), S));
+    ob = _mm512_min_epu32(ob, _mm512_set1_epi32(0x7f7fffff));
+    return _mm512_or_si512(ob, _mm512_and_si512(yb, sign_mask));
+}
+#define AVX512(...) __VA_ARGS__
+#else
+#define AVX512(...)
+#endif
+
 /* Blocks per group along rows: up to CHUNK, about 4096 values (16 KiB of fp32, in L1 while its
  * maxima, scales and elements are computed). */
 INLINE int64_t row_group_blocks(int64_t bs) { return bs >= 4096 ? 1 : (4096 / bs < CHUNK ? 4096 / bs : CHUNK); }
@@ -245,12 +281,36 @@ INLINE int64_t row_group_blocks(int64_t bs) { return bs >= 4096 ? 1 : (4096 / bs
     INLINE void apply_##SUF(const T *restrict x, T *restrict o, int64_t bs, int64_t n, int64_t post, \
                             const float *S, const float *inv, const mx_params p) {                 \
         if (post == 1) {                                                                           \
+            AVX512(if (bs % 16 == 0) {                                                             \
+                for (int64_t j = 0; j < n; ++j) {                                                  \
+                    if (S[j] != S[j]) {                                                            \
+                        for (int64_t i = 0; i < bs; ++i) store_nan_##SUF(o, j * bs + i);           \
+                        continue;                                                                  \
+                    }                                                                              \
+                    const __m512 Sj = _mm512_set1_ps(S[j]), ij = _mm512_set1_ps(inv[j]);           \
+                    for (int64_t i = j * bs; i < (j + 1) * bs; i += 16)                            \
+                        store16_##SUF(o + i, quant16(load16_##SUF(x + i), Sj, ij, p));            \
+                }                                                                                  \
+                return;                                                                            \
+            })                                                                                     \
             for (int64_t j = 0; j < n; ++j)                                                        \
                 for (int64_t i = 0; i < bs; ++i) put_##SUF(x, o, j * bs + i, S[j], inv[j], p);    \
             return;                                                                                \
         }                                                                                          \
+        int64_t j0 = 0; /* columns [0, j0) by 16 lanes, the rest one by one */                  \
+        AVX512(                                                                                    \
+            j0 = n - n % 16;                                                                       \
+            for (int64_t i = 0; i < bs; ++i)                                                       \
+                for (int64_t j = 0; j < j0; j += 16) {                                             \
+                    const __m512 Sj = _mm512_loadu_ps(S + j), ij = _mm512_loadu_ps(inv + j);       \
+                    /* lanes whose block holds NaN or Inf (S = NaN) store NaN, as store_nan_* */   \
+                    const __mmask16 nan = _mm512_cmp_ps_mask(Sj, Sj, _CMP_UNORD_Q);                \
+                    __m512i v = quant16(load16_##SUF(x + i * post + j), Sj, ij, p);                \
+                    v = _mm512_mask_mov_epi32(v, nan, _mm512_set1_epi32(0x7fc00000));              \
+                    store16_##SUF(o + i * post + j, v);                                            \
+                })                                                                                 \
         for (int64_t i = 0; i < bs; ++i)                                                           \
-            for (int64_t j = 0; j < n; ++j) put_##SUF(x, o, i * post + j, S[j], inv[j], p);        \
+            for (int64_t j = j0; j < n; ++j) put_##SUF(x, o, i * post + j, S[j], inv[j], p);       \
     }                                                                                              \
                                                                                                    \
     /* The largest |x| bit patterns of n consecutive blocks of bs values. */                      \

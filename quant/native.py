@@ -73,9 +73,9 @@ def _cpu_flags() -> str:
         return platform.processor() or platform.machine()
 
 
-def _build(cc: str) -> Path:
+def _build(cc: str, flags: tuple[str, ...]) -> Path:
     """Compile mx_cpu.c (once per source, flags and CPU) and return the shared library's path."""
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), cc, *FLAGS, _cpu_flags()]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), cc, *flags, _cpu_flags()]).encode()).hexdigest()
     cache = Path(os.environ.get("MXSWEEP_CACHE_DIR", Path.home() / ".cache" / "mxsweep"))
     lib = cache / f"mx_cpu-{key[:16]}.so"
     if lib.exists():
@@ -84,7 +84,7 @@ def _build(cc: str) -> Path:
     fd, tmp = tempfile.mkstemp(dir=cache, suffix=".so")
     os.close(fd)
     try:
-        subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp], check=True, capture_output=True, text=True)
+        subprocess.run([cc, *flags, str(SOURCE), "-o", tmp], check=True, capture_output=True, text=True)
         os.replace(tmp, lib)  # atomic: another process may be building the same file
     finally:
         if os.path.exists(tmp):
@@ -109,11 +109,16 @@ def _kernels() -> dict[torch.dtype, _Kernels] | None:
     """Build (or find) and load the library once; its entry points by tensor dtype."""
     if os.environ.get("MXSWEEP_NATIVE", "1") == "0":
         return None
+    return _load(FLAGS)
+
+
+def _load(flags: tuple[str, ...]) -> dict[torch.dtype, _Kernels] | None:
+    """The library built with ``flags`` (tests also load a build without AVX-512 this way)."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
         return None
     try:
-        lib = ctypes.CDLL(str(_build(cc)))
+        lib = ctypes.CDLL(str(_build(cc, flags)))
     except (OSError, subprocess.CalledProcessError) as e:
         detail = getattr(e, "stderr", "") or str(e)
         warnings.warn(

@@ -5,9 +5,15 @@ element format with every scale kind and rule, the global scale, block sizes wit
 ragged tail, blocks along the last dim (vectorized along the block) and along dim 0 (vectorized
 along the columns, several chunks), on inputs full of edge cases (``hard_input``). NaN payloads
 are not compared (PyTorch's own bf16 conversion writes two different NaNs).
+
+The kernel has two element loops for rows of blocks of 16, 32, 64...: AVX-512 intrinsics and the
+plain C loop that every other CPU runs. On a CPU with AVX-512 the identity tests run twice, the
+second time on a build with ``-mno-avx512f``, so both loops are checked here.
 """
 
 from __future__ import annotations
+
+import platform
 
 import pytest
 import torch
@@ -29,6 +35,22 @@ SCALES = [
     {"scale": "ue4m3", "global_scale": True},
     {"scale": "ue5m3", "global_scale": True},
 ]
+
+
+def _has_avx512() -> bool:
+    return platform.machine() in ("x86_64", "AMD64") and " avx512f " in native._cpu_flags() + " "
+
+
+@pytest.fixture(params=["default", "no-avx512"])
+def build(request, monkeypatch):
+    """The kernel as built for this CPU, then (where that one uses AVX-512) a build without it."""
+    if request.param == "no-avx512":
+        if not _has_avx512():
+            pytest.skip("this CPU has no AVX-512: the default build is already the plain C loop")
+        kernels = native._load((*native.FLAGS, "-mno-avx512f"))
+        assert kernels is not None
+        monkeypatch.setattr(native, "_kernels", lambda: kernels)
+    return request.param
 
 
 @pytest.fixture
@@ -56,7 +78,7 @@ def _both(x: torch.Tensor, fmt: str, **kw) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("scale", SCALES, ids=lambda kw: "-".join(map(str, kw.values())) or "e8m0")
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
-def test_bit_identical_to_eager(fmt, scale, dtype, calls):
+def test_bit_identical_to_eager(fmt, scale, dtype, build, calls):
     x = hard_input((40, 256), dtype)
     eager, fast = _both(x, fmt, **scale)
     assert_bitwise(eager, fast, f"{fmt} {scale} {dtype}")
@@ -66,7 +88,7 @@ def test_bit_identical_to_eager(fmt, scale, dtype, calls):
 
 @pytest.mark.parametrize("block_size", [1, 7, 8, 16, 32, 64, 128])
 @pytest.mark.parametrize("axis", [-1, 0])
-def test_block_sizes_ragged_tails_and_axis0(block_size, axis, calls):
+def test_block_sizes_ragged_tails_and_axis0(block_size, axis, build, calls):
     """axis=0 of a (70, 600) tensor: blocks of stride 600, i.e. three column chunks of the kernel
     (256, 256, 88) and a ragged last block when block_size does not divide 70."""
     for dtype in (torch.float32, torch.bfloat16):
