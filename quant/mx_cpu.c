@@ -45,8 +45,8 @@ typedef struct {
     int32_t elem_emax;                   /* OCP emax_elem */
     float elem_max;                      /* largest element */
     float elem_mant;                     /* elem_max / 2**elem_emax (the ceil rule's threshold) */
-    int32_t e_emin, e_emax1, e_mbits;    /* element grid: emin, emax + 1, mantissa bits */
-    int32_t s_emin, s_emax1, s_mbits;    /* scale grid (float scales) */
+    int32_t e_emin, e_mbits;             /* element grid: emin, mantissa bits */
+    int32_t s_emin, s_mbits;             /* scale grid (float scales) */
     float s_max;                         /* largest scale (float scales) */
     float g;                             /* per-tensor global scale; 0 = none */
 } mx_params;
@@ -57,13 +57,19 @@ INLINE float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 /* 2**k for integer k in [-149, 127], from bits (subnormals included), as quant.mx._pow2. */
 INLINE float pow2f(int k) { return k >= -126 ? u2f((uint32_t)(k + 127) << 23) : u2f(1u << (k + 149)); }
 
-/* Round a >= 0 (or +Inf/NaN) onto a grid, half to even, saturating at gmax; NaN stays NaN. */
-INLINE float round_grid(float a, int emin, int emax1, int mbits, float gmax) {
-    int k = (int)(f2u(a) >> 23) - 127;
-    k = k < emin ? emin : (k > emax1 ? emax1 : k);
-    float m = u2f((uint32_t)(k - mbits + 150) << 23);
-    float r = (a + m) - m;
-    return r > gmax ? gmax : r;
+/* Round a >= 0 onto a grid, half to even, saturating at gmax: a is clamped to gmax first (the same
+ * as saturating after rounding: rounding is monotone and gmax is on the grid), then rounded with the
+ * add trick, M = 2**(k + 23) for the grid step 2**k at a (at least emin's). The clamps compare bit
+ * patterns: non-negative floats order like their bits, and an integer min or max is one vector
+ * instruction where a float compare-and-select is two. +Inf and NaN give gmax: callers deal with
+ * those values (a NaN block's scale, an Inf element) before they get here. */
+INLINE float round_grid(float a, int emin, int mbits, float gmax) {
+    const uint32_t max_bits = f2u(gmax), lo = (uint32_t)(emin + 127) << 23;
+    uint32_t ab = f2u(a);
+    ab = ab < max_bits ? ab : max_bits;
+    uint32_t eb = ab > lo ? ab : lo; /* the grid step's binade: a's, at least emin's */
+    float c = u2f(ab), m = u2f((eb & 0x7f800000u) + ((uint32_t)(23 - mbits) << 23));
+    return (c + m) - m;
 }
 
 /* S and 1/S of n blocks from their largest |x| bit patterns m. A block holding NaN or Inf
@@ -86,25 +92,19 @@ INLINE void block_scales(const uint32_t *m, float *S, float *inv, int64_t n, con
     const float g = p.g != 0.0f ? p.g : 1.0f, inv_g = 1.0f / g; /* g = 1 is exact: no global scale */
     for (int64_t j = 0; j < n; ++j) {
         float s = u2f(m[j]) / p.elem_max / g;
-        if (p.scale_kind == 1) s = round_grid(s, p.s_emin, p.s_emax1, p.s_mbits, p.s_max);
+        if (p.scale_kind == 1) s = round_grid(s, p.s_emin, p.s_mbits, p.s_max);
         float iv = inv_g / s;
         inv[j] = s > 0.0f ? (iv > F32_MAX ? F32_MAX : iv) : 0.0f; /* a zero scale zeroes its block */
         S[j] = m[j] >= 0x7f800000u ? u2f(0x7fc00000u) : g * s;
     }
 }
 
-/* One element: y = x / S as x * (1/S); |y| clamped to the largest element, rounded onto the element
- * grid with the add trick, times S, kept finite, sign back. Clamping before rounding equals
- * saturating after it (rounding is monotone and max_elem is on the grid). Both clamps compare bit
- * patterns: |y| and |y| * S are >= 0, where floats order like their bits, and an integer min is
- * one vector instruction where a float compare-and-select is two. */
+/* One element: y = x / S as x * (1/S); |y| rounded onto the element grid (saturating), times S,
+ * kept finite (an integer min again: |y| * S >= 0), sign back. */
 INLINE float quant_elem(float x, float S, float inv, const mx_params p) {
-    const uint32_t max_bits = f2u(p.elem_max), lo = (uint32_t)(p.e_emin + 127) << 23;
-    uint32_t yb = f2u(x * inv), ab = yb & 0x7fffffffu;
-    ab = ab < max_bits ? ab : max_bits;
-    uint32_t eb = ab > lo ? ab : lo; /* the grid step's binade: |y|'s, at least emin's */
-    float a = u2f(ab), m = u2f((eb & 0x7f800000u) + ((uint32_t)(23 - p.e_mbits) << 23));
-    uint32_t ob = f2u(((a + m) - m) * S);
+    uint32_t yb = f2u(x * inv);
+    float r = round_grid(u2f(yb & 0x7fffffffu), p.e_emin, p.e_mbits, p.elem_max);
+    uint32_t ob = f2u(r * S);
     ob = ob < 0x7f7fffffu ? ob : 0x7f7fffffu; /* F32_MAX */
     return u2f(ob | (yb & 0x80000000u));
 }
@@ -119,7 +119,7 @@ INLINE float round_elementwise(float v, int32_t bf16, const mx_params p) {
         uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
         return (r & 0x7fffffffu) >= 0x7f800000u ? u2f((u & 0x80000000u) | 0x7f7f0000u) : u2f(r);
     }
-    float r = round_grid(u2f(a), p.e_emin, p.e_emax1, p.e_mbits, p.elem_max);
+    float r = round_grid(u2f(a), p.e_emin, p.e_mbits, p.elem_max);
     return u2f(f2u(r) | (u & 0x80000000u));
 }
 
@@ -227,7 +227,7 @@ INLINE void tree_maxima_f32(const float *x, uint32_t *m, int64_t bs) {
 #define TREE_MAXIMA(...)
 #endif
 
-/* quant_elem on 16 lanes with AVX-512 intrinsics, line for line (the same operations in the same
+/* quant_elem (with round_grid inlined) on 16 lanes with AVX-512 intrinsics, line for line (the same operations in the same
  * order, so the same bits), for rows of blocks of 16, 32, 64... and for columns 16 at a time. GCC
  * vectorizes quant_elem's loop with two 8-lane halves per block, packs with a permute and
  * re-broadcasts constants; written out for 16-lane registers the element loop takes about a quarter
