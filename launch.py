@@ -30,14 +30,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from sweeper.config import LaunchConfig, to_run_config
-from train.config import RunConfig
 
 ConfigStore.instance().store(name="run_schema", node=LaunchConfig)
-
-
-def build_run(cfg: DictConfig) -> RunConfig:
-    """The typed run of a composed config; raises ValueError with a one-line message on bad input."""
-    return to_run_config(cfg)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -48,8 +42,8 @@ def main(cfg: DictConfig) -> dict | None:
     from train.loop import check_device
 
     try:
-        run = build_run(cfg)
-        # Here, not in build_run: a sweep may be planned on a login node without the job's GPU.
+        run = to_run_config(cfg)  # ValueError with a one-line message on bad input
+        # Here, not in to_run_config: a sweep may be planned on a login node without the job's GPU.
         check_device(distributed.resolve_device(run.train.device))
     except ValueError as e:
         if cfg.sweep.get("run_id"):  # a sweep's job: fail this job (the sweeper reports it), not the sweep
@@ -77,17 +71,19 @@ def main(cfg: DictConfig) -> dict | None:
             print(f"run record: {run.out_dir} (interrupted by signal {signum}; checkpointed)", flush=True)
             job.hand_back(signum)
     keys = ("status", "final_val_loss", "min_val_loss", "steps", "N", "D", "C", "spike_step")
+    result = {k: summary.get(k) for k in keys}
     if distributed.is_main():  # under torchrun every rank returns here; one report is enough
-        print(json.dumps({k: summary.get(k) for k in keys}))
+        print(json.dumps(result))
         print(f"run record: {run.out_dir}")
-    return {k: summary.get(k) for k in keys}
+    return result
 
 
 def run_study(cfg: DictConfig) -> dict | None:
-    """``task=block_size_study``: ``analysis.blocksize.run_study(out_dir, **study)`` (imported lazily),
-    a no-op when ``out_dir`` already holds its finished record."""
+    """``task=block_size_study``: ``analysis.blocksize.run_study(out_dir, **study)`` (imported here:
+    training jobs never load it), a no-op when ``out_dir`` already holds its finished record."""
     from omegaconf import OmegaConf
 
+    from analysis.blocksize import run_study as study
     from sweeper.status import read_summary
 
     out_dir = str(cfg.out_dir)
@@ -98,12 +94,6 @@ def run_study(cfg: DictConfig) -> dict | None:
         print(f"study record: {out_dir} (already done; study.overwrite=true redoes it)")
         return summary
     try:
-        from analysis.blocksize import run_study as study
-    except ImportError as e:
-        print(f"error: task=block_size_study needs analysis.blocksize.run_study, which is not importable "
-              f"({e}); update analysis/ or choose another task", file=sys.stderr)  # fmt: skip
-        sys.exit(2)
-    try:
         summary = study(out_dir, **kwargs)
     except TypeError as e:  # an unknown study.* key
         print(f"error: study: {e}; see analysis.blocksize.run_study for its arguments", file=sys.stderr)
@@ -112,7 +102,7 @@ def run_study(cfg: DictConfig) -> dict | None:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         sys.exit(2)
     print(f"study record: {out_dir}")
-    return summary if isinstance(summary, dict) else None
+    return summary
 
 
 def _one_line(e: BaseException) -> str:

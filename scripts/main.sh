@@ -21,9 +21,5 @@ start=$(date +%s)
 echo "sweep took $(($(date +%s) - start)) s"
 [[ -d $sweep_dir ]] || exit 0 # a dry run writes nothing
 .venv/bin/python launch.py --status "$sweep_dir"
-if .venv/bin/python -c "import analysis.report" 2>/dev/null; then
-  .venv/bin/python -m analysis report "$sweep_dir"
-  echo "main job done in $(($(date +%s) - start)) s; report: $sweep_dir/report.md"
-else
-  echo "analysis report not available (analysis.report is not importable); records: $sweep_dir"
-fi
+.venv/bin/python -m analysis report "$sweep_dir"
+echo "main job done in $(($(date +%s) - start)) s; report: $sweep_dir/report.md"

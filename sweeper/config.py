@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from train.config import PrecisionConfig, RunConfig
+from train.distributed import is_main
 
 RERUN = ("none", "failed", "all")
 SWEEP_ONLY = ("budget", "sweep", "study")
@@ -255,7 +256,7 @@ def _agent_start() -> float | None:
 def rank0_only(value: str) -> str | None:
     """``${rank0_only:.hydra}``: ``value`` on rank 0 and None on the others (hydra.output_subdir: one
     copy of the composed config per run, not one per rank)."""
-    return value if int(os.environ.get("RANK", "0")) == 0 else None
+    return value if is_main() else None
 
 
 OmegaConf.register_new_resolver("launch_time", launch_time, replace=True)

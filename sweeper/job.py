@@ -48,7 +48,9 @@ def scheduler_job() -> str | None:
 @contextlib.contextmanager
 def running(out_dir: str | Path) -> Iterator[None]:
     """Mark ``out_dir`` as running (with a heartbeat) for the duration of the block (rank 0 only)."""
-    if int(os.environ.get("RANK", "0")) != 0:  # DDP: one marker per run
+    from train.distributed import is_main  # here: `launch.py --status` reads markers without torch
+
+    if not is_main():  # DDP: one marker per run
         yield
         return
     path = Path(out_dir) / MARKER

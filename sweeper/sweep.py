@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sweeper.config import resource_rule
 from sweeper.grid import PlannedRun, SweepError
 from sweeper.status import STATUSES, counts_line, read_summary, run_status, write_manifest
 from sweeper.table import duration, format_table, num, sci
@@ -47,8 +48,6 @@ class Sweep:
 
     def rule(self, p: PlannedRun) -> int | None:
         """The index of the resource rule of a run (None without rules)."""
-        from sweeper.config import resource_rule
-
         return resource_rule(self.resources, p.coords["N"]) if self.resources else None
 
     @property
@@ -223,8 +222,9 @@ def _mtime(path: Path) -> int | None:
 def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> dict[str, str]:
     """Launch every phase (waiting for each), keep the manifest current; return name → final status.
     With resource rules (``sweep.resources``) a phase's runs are launched one rule at a time, in rule
-    order, as ``launch(overrides, resources=<the rule's launcher keys>)``; without, as
-    ``launch(overrides)``. Job numbers count launched runs in launch order (the manifest's ``job``).
+    order, as ``launch(overrides, first_job, resources=<the rule's launcher keys>)``; without, as
+    ``launch(overrides, first_job)``. Job numbers count launched runs in launch order (the manifest's
+    ``job``); ``first_job`` is the number of the group's first run, for the launcher's job index.
     Raises ``SweepError`` at the end if a launched run did not finish (done or diverged)."""
     decisions = decide(sweep.runs, sweep.rerun)
     write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None))
@@ -249,10 +249,11 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
         try:
             for rule in sorted(groups, key=lambda r: -1 if r is None else r):
                 group = groups[rule]
-                jobs.update({p.name: len(jobs) + i for i, p in enumerate(group)})
+                first = len(jobs)
+                jobs.update({p.name: first + i for i, p in enumerate(group)})
                 kwargs = {} if rule is None else {"resources": sweep.resources[rule][1]}
                 try:
-                    returns = launch([p.overrides for p in group], **kwargs) or []
+                    returns = launch([p.overrides for p in group], first, **kwargs) or []
                     errors.update(
                         {p.name: e for p, r in zip(group, returns, strict=False) if (e := _job_error(r))}
                     )

@@ -36,9 +36,7 @@ class _PrecisionMethods:
 
     def policy(self, seed: int = 0) -> QuantPolicy:
         """The frozen ``QuantPolicy`` this config describes; ``seed`` seeds stochastic rounding."""
-        kw = dataclasses.asdict(self)
-        kw["exclude"] = tuple(kw["exclude"])
-        return QuantPolicy(**kw, seed=seed)
+        return QuantPolicy(**dataclasses.asdict(self), seed=seed)  # QuantPolicy makes exclude a tuple
 
     def replace(self, **changes: Any) -> PrecisionConfig:
         """A copy with ``changes`` applied (validated)."""

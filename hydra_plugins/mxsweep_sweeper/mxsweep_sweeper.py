@@ -43,7 +43,6 @@ class MxSweeper(Sweeper):
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher = None
-        self.job_idx = 0
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -60,11 +59,6 @@ class MxSweeper(Sweeper):
         settings = self.config.sweep
         tic = time.perf_counter()
         plan = self.plan(arguments)
-        if plan.resources and not self._launcher_params():
-            target = self.config.hydra.launcher.get("_target_")
-            print(f"sweep.resources ignored: {target} has no per-job resources (use a submitit launcher)",
-                  file=sys.stderr)  # fmt: skip
-            plan.resources = []
         if settings.dry_run:
             decisions = dry_run(plan)
             print(f"planned and previewed in {time.perf_counter() - tic:.2f} s")
@@ -108,6 +102,11 @@ class MxSweeper(Sweeper):
             last = sweep
         check_unique(phase1 + phase2)
         rules = resource_rules(last.resources)
+        if rules and not self._launcher_params():  # before the checks: ignored rules need not fit
+            target = self.config.hydra.launcher.get("_target_")
+            print(f"sweep.resources ignored: {target} has no per-job resources (use a submitit launcher)",
+                  file=sys.stderr)  # fmt: skip
+            rules = []
         self._check_resources(rules, phase1 + phase2)
         meta = {
             "argv": sys.argv,
@@ -126,9 +125,9 @@ class MxSweeper(Sweeper):
         from sweeper.config import resource_rule
         from sweeper.grid import SweepError
 
-        params = self._launcher_params()
+        params = self._launcher_params() or {}  # rules are only kept for a launcher with params
         for i, (_, launcher) in enumerate(rules):
-            unknown = sorted(set(launcher) - set(params)) if params is not None else []
+            unknown = sorted(set(launcher) - set(params))
             if unknown:
                 raise SweepError(
                     f"sweep.resources[{i}].launcher has unknown key(s) {unknown}; "
@@ -166,9 +165,12 @@ class MxSweeper(Sweeper):
             out.append(([f"{k}={v}" for k, v, _ in combo], {k: v for k, v, s in combo if s}))
         return out
 
-    def _launch(self, batch: list[list[str]], resources: dict[str, Any] | None = None) -> list[Any]:
-        """Launch one group of jobs; ``resources`` (a ``sweep.resources`` rule's launcher keys) change the
-        launcher's executor parameters for this group only."""
+    def _launch(
+        self, batch: list[list[str]], first_job: int, resources: dict[str, Any] | None = None
+    ) -> list[Any]:
+        """Launch one group of jobs, numbered from ``first_job`` (``sweeper.sweep.execute`` counts them);
+        ``resources`` (a ``sweep.resources`` rule's launcher keys) change the launcher's executor
+        parameters for this group only."""
         assert self.launcher is not None
         saved = self._launcher_params()
         if resources and saved is not None:
@@ -177,9 +179,7 @@ class MxSweeper(Sweeper):
             size = self.max_batch_size or len(batch)
             returns = []
             for i in range(0, len(batch), size):
-                chunk = batch[i : i + size]
-                start, self.job_idx = self.job_idx, self.job_idx + len(chunk)
-                returns += list(self.launcher.launch(chunk, initial_job_idx=start))
+                returns += list(self.launcher.launch(batch[i : i + size], initial_job_idx=first_job + i))
             return returns
         finally:
             if resources and saved is not None:
