@@ -89,6 +89,9 @@ class RecordWarning(UserWarning):
     """A run record that could not be read (it is skipped, never fatal)."""
 
 
+_TRAIN_KINDS = (None, "train", "run")  # a record's ``kind`` for a training run (None: older records)
+
+
 def _warn(path: Path, why: str) -> None:
     warnings.warn(f"skipping {path}: {why}", RecordWarning, stacklevel=3)
 
@@ -192,7 +195,7 @@ def _row(run_dir: Path, root: Path, coords: dict[str, dict[str, Any]]) -> dict[s
         summary = _read_mapping(run_dir / SUMMARY, "JSON")
         if summary is None:
             return None
-        if summary.get("kind") not in (None, "train", "run"):
+        if summary.get("kind") not in _TRAIN_KINDS:
             return None  # a study record (see study_records), not a training run
     if (run_dir / CONFIG).exists():
         config = _read_mapping(run_dir / CONFIG, "YAML")
@@ -200,7 +203,7 @@ def _row(run_dir: Path, root: Path, coords: dict[str, dict[str, Any]]) -> dict[s
             return None
     if summary is None and config is None:
         return None
-    if config is not None and config.get("kind") not in (None, "train", "run"):
+    if config is not None and config.get("kind") not in _TRAIN_KINDS:
         return None
     rel = run_dir.relative_to(root).as_posix()
     row: dict[str, Any] = {"run": rel if rel != "." else run_dir.name, "path": str(run_dir)}

@@ -43,6 +43,11 @@ def _grid(n: int, ncols: int = 4, rows_per: int = 1, size=PANEL) -> tuple[Figure
     return fig, axes
 
 
+def _unstable(runs: pd.DataFrame) -> pd.Series:
+    """Which runs count as unstable: the table's ``unstable`` column (spikes included), else diverged."""
+    return runs["unstable"].astype(bool) if "unstable" in runs else runs["status"].eq("diverged")
+
+
 def _lognorm(values: pd.Series) -> Normalize:
     v = pd.Series(values, dtype=float)
     v = v[(v > 0) & np.isfinite(v)]
@@ -216,7 +221,7 @@ def isoflop_curves(
         for r in minima[minima[by] == label].itertuples():
             pts = df[(df[by] == label) & (df["budget"] == r.budget)].dropna(subset=[loss])
             pts = pts[pts["status"] == "done"]
-            bad = pts["unstable"].astype(bool) if "unstable" in pts else pd.Series(False, index=pts.index)
+            bad = _unstable(pts)
             col = cmap(norm(r.budget) * 0.85)
             ax.scatter(pts.loc[~bad, "N"], pts.loc[~bad, loss], s=12, color=col, zorder=3)
             ax.scatter(pts.loc[bad, "N"], pts.loc[bad, loss], s=20, color=col, marker="x", zorder=3)
@@ -359,7 +364,7 @@ def diverged_fit_comparison(
     cmap = colormaps["viridis"]
     for ax, label in zip(axes.flat, labels, strict=False):
         g = df[(df[by] == label) & df["status"].isin(["done", "diverged"])].dropna(subset=[loss])
-        bad = g["unstable"].astype(bool) if "unstable" in g else g["status"].eq("diverged")
+        bad = _unstable(g)
         sizes = np.sort(g.loc[bad, "N"].unique())[-max_sizes:]
         norm = _lognorm(pd.Series(sizes))
         D = np.geomspace(g["D"].min() / 1.3, g["D"].max() * 1.3, 50)

@@ -358,11 +358,11 @@ def main(argv=None) -> int:
                 results[f"linear {dt}"] = bench_linear(args, dt)
     finally:
         quant.set_backend(previous)
+    results["load_average_end"] = load_average()
     print(
-        f"\nload average at end {load_average()}; "
+        f"\nload average at end {results['load_average_end']}; "
         f"dynamo recompile_limit={torch._dynamo.config.recompile_limit}"
     )
-    results["load_average_end"] = load_average()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
         print(f"\nwrote {args.json}")

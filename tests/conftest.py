@@ -3,7 +3,7 @@
 * ``eager_backend`` (autouse): every test runs on the eager quantizer, the bit-exact reference;
   compiling one graph per spec would cost far more than the suite's small tensors save. Tests
   marked ``compile`` (tests/quant/test_compiled.py) exercise the torch.compile path and pick
-  their backend themselves, so the fixture leaves them alone.
+  their backend themselves; the fixture only restores it afterwards.
 * ``one_thread`` (opt in: ``pytestmark = pytest.mark.usefixtures("one_thread")`` or a fixture
   argument): torch on one thread, for modules of tiny tensors where more threads only add
   overhead and contend on a busy small box.
@@ -24,11 +24,10 @@ import quant
 
 @pytest.fixture(autouse=True)
 def eager_backend(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Force the eager quantizer backend for one test (not for tests marked ``compile``)."""
-    if request.node.get_closest_marker("compile") is not None:
-        yield
-        return
-    with quant.use_backend("eager"):
+    """Force the eager quantizer backend for one test; tests marked ``compile`` choose their own,
+    and it is restored after them too."""
+    marked = request.node.get_closest_marker("compile") is not None
+    with quant.use_backend(quant.get_backend() if marked else "eager"):
         yield
 
 

@@ -406,6 +406,17 @@ PROXY_REGIMES = (  # the MLP proxy's regime: losses ~1e-2, N ~ 1e4–1e6
 )
 
 
+def test_fit_caveats_name_each_reason_to_distrust_it():
+    """An exponent at its bound, a bootstrap interval wider than ×2 and E driven to 0 each get a caveat;
+    a well-pinned fit gets none."""
+    good = fits.ChinchillaFit(E=1.7, A=400.0, B=400.0, alpha=0.34, beta=0.28, r2=0.99, n=20, objective=0.0,
+                              ci={"alpha": (0.3, 0.4), "beta": (0.25, 0.3)})  # fmt: skip
+    assert good.caveats() == []
+    bad = dataclasses.replace(good, alpha=10.0, E=0.0, ci={"alpha": (0.3, 0.4), "beta": (0.1, 0.5)})
+    assert bad.caveats() == ["alpha at its bound", "beta interval spans ×5", "E → 0"]
+    assert bad.to_dict()["caveats"] == bad.caveats()
+
+
 def test_fit_does_not_rely_on_the_studys_16_start_grid():
     """On small-loss data the study's starts (E = e^0.5, α = β = 0.4, log A, log B ∈ {5..20}) end in
     wrong basins for some noise draws (typically E → 0 with α compensating); the profiled grid

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-
-REPO = Path(__file__).resolve().parents[1]
+from launching import REPO, child_env
 
 # tiny LM, synthetic bytes, full MX (fp8 weights, activations and gradients): 8 sequences of 32 per
 # step, i.e. 4 per rank; 128 tokens per rank keeps the wgrad blocks (32 tokens) aligned across ranks.
@@ -26,7 +25,7 @@ ARGS = [
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MXSWEEP_QUANT_BACKEND": "eager", "WANDB_MODE": "disabled"}
+    env = child_env()
     if Path("/sys/class/net/lo").exists():
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo on loopback, whatever the hostname resolves to
     return env

@@ -1,27 +1,15 @@
 """launch.py end to end: Hydra configs → typed RunConfig → one training run → a run record."""
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
+from launching import launch
 
 
 def _launch(*overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MXSWEEP_QUANT_BACKEND": "eager", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    return subprocess.run(
-        [sys.executable, "launch.py", "logger=disabled", *overrides],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return launch("logger=disabled", *overrides, timeout=300)
 
 
 def test_proxy_run_writes_a_complete_record(tmp_path):

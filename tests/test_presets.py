@@ -6,24 +6,19 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
+import launching
 import pytest
 from hydra import compose, initialize_config_dir
+from launching import REPO
 
 import launch  # noqa: F401 -- registers the root schema (run_schema) in Hydra's ConfigStore
 from sweeper.config import sweep_settings, to_run_config
 from sweeper.grid import branch, expand
 from train.config import TASKS
 
-REPO = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
-ENV = {**os.environ, "MXSWEEP_QUANT_BACKEND": "eager", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-ENV.pop("HYDRA_FULL_ERROR", None)
-LOGGER = ["logger=disabled"] if (REPO / "conf/logger/disabled.yaml").exists() else []
+LOGGER = ["logger=disabled"]
 
 TINY_LM = [  # synthetic bytes, 2 × 16 tokens per step, one 32-wide shape, a handful of steps
     "data.source=synthetic",
@@ -107,14 +102,7 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
         args = [f"experiment={name}", f"out_dir={out}", *TINY[name]]
     else:
         args = ["-m", f"experiment={name}", f"hydra.sweep.dir={out}", "sweep.progress=false", *TINY[name]]
-    r = subprocess.run(
-        [sys.executable, "launch.py", *args, *LOGGER],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = launching.launch(*args, *LOGGER)
     assert r.returncode == 0, r.stderr[-3000:]
     if name == "block_size_study":
         assert json.loads((out / "summary.json").read_text())["status"] == "done"

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
+from launching import REPO, child_env
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts" / "slurm"
 LAUNCH_TIMEOUT_S = 240  # one sweep on the cluster, worst case on a loaded box (typically 10-45 s)
 # one tiny LM, long enough (~300 steps, 10-20 s) to be signalled mid-run; one run of the smoke preset
@@ -82,11 +82,6 @@ def slurm_cluster():
         _run(["bash", str(SCRIPTS / "stop.sh")], timeout=120)
 
 
-def _env() -> dict[str, str]:
-    # one thread everywhere: CPU float results depend on the thread count, and bit-identity is asserted
-    return {**os.environ, "MXSWEEP_QUANT_BACKEND": "eager", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-
-
 def _sweep_args(sweep_dir: Path, *extra: str, slurm: bool = True) -> list[str]:
     launcher = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=5", "hydra.launcher.cpus_per_task=1"]
     return [
@@ -96,7 +91,7 @@ def _sweep_args(sweep_dir: Path, *extra: str, slurm: bool = True) -> list[str]:
 
 
 def _launch(sweep_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return _run(_sweep_args(sweep_dir, *extra), timeout=LAUNCH_TIMEOUT_S, cwd=REPO, env=_env())
+    return _run(_sweep_args(sweep_dir, *extra), timeout=LAUNCH_TIMEOUT_S, cwd=REPO, env=child_env())
 
 
 def _jobs_of(sweep_dir: Path) -> set[str]:
@@ -192,7 +187,7 @@ def test_smoke_sweep_lands_every_record(smoke_sweep):
         assert (run / "config.yaml").exists()
     manifest = json.loads((sweep_dir / "manifest.json").read_text())
     assert manifest["counts"]["launched"] == 4, manifest["counts"]
-    status = _run([sys.executable, "launch.py", "--status", str(sweep_dir)], cwd=REPO, env=_env())
+    status = _run([sys.executable, "launch.py", "--status", str(sweep_dir)], cwd=REPO, env=child_env())
     assert status.returncode == 0 and re.search(r"\bdone 4\b", status.stdout), status.stdout + status.stderr
 
 
@@ -218,7 +213,7 @@ def reference_run(slurm_cluster, tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("slurm") / "reference"
     proc = subprocess.Popen(
         _sweep_args(sweep_dir, *LONG_RUN, slurm=False),
-        cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
     def result() -> Path:
@@ -245,7 +240,7 @@ def test_interrupted_job_requeues_and_resumes_bit_identical(
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.Popen(
         _sweep_args(sweep_dir, *LONG_RUN),
-        cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
 

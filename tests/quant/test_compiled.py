@@ -30,25 +30,30 @@ def _fresh_compiler():
     """Start from an empty dynamo cache (earlier modules may have filled it) and make a fallback
     to eager at the recompile limit an error instead of a silent pass."""
     torch._dynamo.reset()
+    counters.clear()  # reset() keeps dynamo's counters: count this module's graphs only
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         yield
 
 
+_COMPILED_CALLS: list[str] = []  # every call through quant.mx's torch.compile'd function
+
+
 @pytest.fixture(autouse=True)
-def _restore_backend():
-    old = quant.get_backend()
-    yield
-    quant.set_backend(old)
+def _count_compiled_calls(monkeypatch):
+    real = quant.mx._compiled
+    monkeypatch.setattr(quant.mx, "_compiled", lambda fn: _COMPILED_CALLS.append(fn.__name__) or real(fn))
 
 
 def _eager_and_compiled(x: torch.Tensor, fmt: str, seed: int | None = None, new_graph=True, **kw):
-    """(eager, compiled) results; ``new_graph``: no earlier test compiled this spec/dtype/rank."""
+    """(eager, compiled) results. The compiled call must go through torch.compile and, with
+    ``new_graph`` (no earlier test compiled this spec/dtype/rank), compile a frame."""
     gen = (lambda: torch.Generator().manual_seed(seed)) if seed is not None else (lambda: None)
     quant.set_backend("eager")
     eager = quant.quantize(x, fmt, generator=gen(), **kw)
-    frames = counters["frames"]["ok"]
+    frames, calls = counters["frames"]["ok"], len(_COMPILED_CALLS)
     quant.set_backend("compiled")
     compiled = quant.quantize(x, fmt, generator=gen(), **kw)
+    assert len(_COMPILED_CALLS) > calls, "the compiled backend did not run torch.compile's function"
     assert not new_graph or counters["frames"]["ok"] > frames, "the compiled backend compiled nothing"
     return eager, compiled
 
