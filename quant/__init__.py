@@ -22,6 +22,7 @@ from quant.mx import (
     quantize,
     quantize_spec,
     set_backend,
+    spec_clip_fraction,
     use_backend,
 )
 from quant.ops import MatMul, MatmulSpecs, fake_quant_ste, qlinear, qmatmul
@@ -50,6 +51,7 @@ __all__ = [
     "ScaleFormat",
     "ScaleRule",
     "clip_fraction",
+    "spec_clip_fraction",
     "elem_format",
     "get_backend",
     "precision_names",

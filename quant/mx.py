@@ -395,15 +395,22 @@ def clip_fraction(
     *,
     block_size: int = 32,
     scale: str = "e8m0",
+    scale_rule: str = "floor",
     axis: int = -1,
 ) -> float:
     """Fraction of elements that saturate, |x / X| > max_elem: the LayerNorm-clamping diagnostic.
 
-    A 32-block of values in (0.875, 1.0) has X = 2**-9 under fp8_e4m3, so every x / X is in
-    (448, 512) and clamps to 448 · X = 0.875: the fraction is 1.0. Blocks holding NaN/Inf are not
-    counted. Element-wise formats (bf16 …) never clip below their max and report 0 for finite x.
+    A 32-block of values in (0.875, 1.0) has X = 2**-9 under fp8_e4m3 (OCP ``floor`` rule), so every
+    x / X is in (448, 512) and clamps to 448 · X = 0.875: the fraction is 1.0. Under ``ceil`` X =
+    2**-8 and nothing clips. Blocks holding NaN/Inf are not counted. Element-wise formats (bf16 …)
+    never clip below their max and report 0 for finite x. ``spec_clip_fraction`` takes a QuantSpec.
     """
-    spec = QuantSpec.make(fmt, block_size=block_size, scale=scale)
+    spec = QuantSpec.make(fmt, block_size=block_size, scale=scale, scale_rule=scale_rule)
+    return spec_clip_fraction(x, spec, axis=axis)
+
+
+def spec_clip_fraction(x: torch.Tensor, spec: QuantSpec, *, axis: int = -1) -> float:
+    """``clip_fraction`` under a ready ``QuantSpec`` (e.g. ``QuantPolicy.norm_spec()``)."""
     if spec.block_size is None:
         return 0.0 if x.numel() == 0 else float((x.float().abs() > spec.elem.max).float().mean())
     x4, _ = _as_blocks(x.detach(), axis, spec.block_size)

@@ -60,6 +60,10 @@ class QuantPolicy:
     norm_affine: str = "none"
     """LayerNorm/RMSNorm γ and β: ``none`` (high precision), ``bf16`` (what the instability study's
     released emulator did) or a format/recipe (MX blocks of γ: the paper's clamping mechanism)."""
+    norm_scale_rule: str | None = None
+    """Scale rule of the norm affine's blocks (default: ``scale_rule``). ``ceil`` never saturates: a
+    block of γ in (0.875, 1) gets X = 2**-8 instead of 2**-9, so nothing is clamped to 0.875 (the
+    γ-only intervention of the instability study, with every other tensor unchanged)."""
     vector_ops: str = "none"
     """``bf16`` rounds inputs, outputs and gradients of norms, activations and softmax to bf16."""
     attention: bool = False
@@ -80,7 +84,10 @@ class QuantPolicy:
             raise ValueError(
                 f"precision.scale={self.scale!r} is unknown; use one of: {', '.join(SCALE_FORMATS)}"
             )
-        for field, enum in (("scale_rule", ScaleRule), ("rounding", Rounding)):
+        enums = (("scale_rule", ScaleRule), ("norm_scale_rule", ScaleRule), ("rounding", Rounding))
+        for field, enum in enums:
+            if getattr(self, field) is None:
+                continue
             try:
                 enum(getattr(self, field))
             except ValueError:
@@ -97,6 +104,7 @@ class QuantPolicy:
         # Fail now, not mid-training, on combinations QuantSpec rejects (e.g. global scale + e8m0).
         for role in ROLES:
             self.spec(role)
+        self.norm_spec()
 
     @classmethod
     def uniform(cls, name: str, **kw) -> QuantPolicy:
@@ -128,14 +136,14 @@ class QuantPolicy:
         """How γ/β are quantized, or None."""
         if self.norm_affine == "none":
             return None
-        return self._make(self.norm_affine, self.rounding)
+        return self._make(self.norm_affine, self.rounding, self.norm_scale_rule)
 
-    def _make(self, name: str, rounding: str) -> QuantSpec:
+    def _make(self, name: str, rounding: str, scale_rule: str | None = None) -> QuantSpec:
         return QuantSpec.make(
             name,
             block_size=self.block_size,
             scale=self.scale,
-            scale_rule=self.scale_rule,
+            scale_rule=scale_rule or self.scale_rule,
             rounding=rounding,
         )
 

@@ -11,7 +11,8 @@ Only the ``RunConfig`` part of the root is a run: ``to_run_config`` drops ``budg
 * seeds: ``sweep.seeds`` (``train.seed``, and ``data.seed`` for the LM);
 * anything else: ordinary Hydra sweep overrides (``train.lr=1e-3,3e-3`` or ``hydra.sweeper.params``);
 * branches (second phase): every first-phase run is branched from its checkpoint at
-  ``sweep.branch_step`` once per entry of ``sweep.branches`` (precision changes plus a ``name``).
+  ``sweep.branch_step`` (or at ``sweep.branch_at`` × its first-spike step, read from its record)
+  once per entry of ``sweep.branches`` (precision changes plus a ``name``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,15 @@ class SweepConfig:
     """Second phase: branch every first-phase run from its checkpoint at this step ..."""
     branches: list[dict[str, Any]] = field(default_factory=list)
     """... once per entry, ``{name: ..., <precision fields to change>}``."""
+    branch_at: float | None = None
+    """Instead of a fixed ``branch_step``: branch each parent at this fraction of the step of its
+    first spike (``spike_step``, else its ``diverged_step``), rounded down to one of its checkpoints
+    (``train.ckpt_every``). Read from the parents' records once they have finished, so the branches
+    are planned after the first phase; a parent that never spiked is not branched."""
+    branch_twin: bool = True
+    """Branches keep the fp32 twin. Off, they train without it: up to the branch step a branch's twin
+    would be its parent's, and after it the same fp32 trajectory again (same init, batches and LR),
+    so the parent's twin is already every branch's fp32 reference, at half the cost."""
     throughput: float = 2.0e9
     """FLOP/s (6·N·D per second) assumed by the dry run's time estimate (per run, one job)."""
     progress: bool = True
@@ -156,8 +166,13 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
         raise ValueError("sweep.w and sweep.a go together (every w × a pair); set both or neither")
     if not sweep.throughput > 0:
         raise ValueError(f"sweep.throughput={sweep.throughput} must be > 0 (FLOP/s)")
-    if sweep.branches and sweep.branch_step is None:
-        raise ValueError("sweep.branches needs sweep.branch_step (the parent checkpoint step)")
+    if sweep.branches and (sweep.branch_step is None) == (sweep.branch_at is None):
+        raise ValueError(
+            "sweep.branches needs one of sweep.branch_step (a fixed parent checkpoint step) or "
+            "sweep.branch_at (a fraction of each parent's first-spike step)"
+        )
+    if sweep.branch_at is not None and not 0 < sweep.branch_at < 1:
+        raise ValueError(f"sweep.branch_at={sweep.branch_at} must be in (0, 1): a fraction of the spike step")
     resource_rules(sweep.resources)
     for key, entries in (("sweep.precisions", sweep.precisions), ("sweep.branches", sweep.branches)):
         precision_changes(key, entries)

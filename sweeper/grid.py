@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,13 +193,23 @@ def expand(
     return planned
 
 
-def branch(parents: Sequence[PlannedRun], sweep: SweepConfig, sweep_dir: Path) -> list[PlannedRun]:
-    """The second phase: each parent branched from its checkpoint at ``sweep.branch_step``."""
-    k = sweep.branch_step
+def branch(
+    parents: Sequence[PlannedRun],
+    sweep: SweepConfig,
+    sweep_dir: Path,
+    step_of: Callable[[PlannedRun], int | None] | None = None,
+) -> list[PlannedRun]:
+    """The second phase: each parent branched from its checkpoint at ``sweep.branch_step``, or at
+    ``step_of(parent)`` (``sweep.branch_at``: the caller reads it from the parent's record; None
+    leaves that parent without branches)."""
     entries = precision_changes("sweep.branches", sweep.branches)
     out, cache = [], {}
+    twin = {} if sweep.branch_twin else {"twin_every": 0}
     for parent in parents:
         every = parent.run.train.ckpt_every
+        k = sweep.branch_step if step_of is None else step_of(parent)
+        if k is None:
+            continue
         if not every or k % every:
             raise SweepError(
                 f"sweep.branch_step={k} needs a parent checkpoint at step {k}, but train.ckpt_every={every}; "
@@ -209,7 +219,9 @@ def branch(parents: Sequence[PlannedRun], sweep: SweepConfig, sweep_dir: Path) -
             where = f"sweep.branches[{i}]"
             try:
                 precision = parent.run.precision.replace(**changes)
-                train = dataclasses.replace(parent.run.train, branch_from=str(parent.out_dir), branch_step=k)
+                train = dataclasses.replace(
+                    parent.run.train, branch_from=str(parent.out_dir), branch_step=k, **twin
+                )
                 run = dataclasses.replace(parent.run, precision=precision, train=train)
             except ValueError as e:
                 raise SweepError(f"{where} (sweep.branch_step={k}): {e}") from None
@@ -218,6 +230,7 @@ def branch(parents: Sequence[PlannedRun], sweep: SweepConfig, sweep_dir: Path) -
                 **{f"precision.{f}": v for f, v in changes.items()},
                 "train.branch_from": str(parent.out_dir),
                 "train.branch_step": k,
+                **{f"train.{f}": v for f, v in twin.items()},
             }
             blabel = name or _precision_label(precision)
             stem = parent.name[: -len(parent.run_id) - 1]
@@ -231,6 +244,19 @@ def branch(parents: Sequence[PlannedRun], sweep: SweepConfig, sweep_dir: Path) -
             planned.phase, planned.parent = 2, parent
             out.append(planned)
     return out
+
+
+def spike_branch_step(summary: dict[str, Any] | None, fraction: float, every: int) -> int | None:
+    """``sweep.branch_at``: ``fraction`` of the first-spike step of a parent's ``summary`` (its
+    ``spike_step``, else its ``diverged_step``), rounded down to a multiple of ``every`` (its
+    checkpoints); None without a spike, or when that is before the first checkpoint."""
+    if not summary or every <= 0:
+        return None
+    spike = summary.get("spike_step") or summary.get("diverged_step")
+    if isinstance(spike, bool) or not isinstance(spike, int | float) or spike <= 0:
+        return None
+    k = int(fraction * spike) // every * every
+    return k if k > 0 else None
 
 
 _IN_SHAPE_LABEL = ("model.depth", "model.width", "model.d_model")

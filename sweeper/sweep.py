@@ -42,6 +42,9 @@ class Sweep:
     rerun: str = "none"
     throughput: float = 2.0e9
     meta: dict[str, Any] = field(default_factory=dict)
+    deferred: Callable[[], list[PlannedRun]] | None = None
+    """Plans the second phase from the first phase's records (``sweep.branch_at``): called after the
+    first phase has run (and by the dry run, for parents that have already finished)."""
     resources: list[tuple[float | None, dict[str, Any]]] = field(default_factory=list)
     """Validated ``sweep.resources`` rules (``sweeper.config.resource_rules``); empty: one launcher call
     per phase with the launcher's own parameters."""
@@ -124,7 +127,13 @@ def summary_line(decisions: Sequence[Decision], throughput: float) -> str:
 
 
 def dry_run(sweep: Sweep, out=sys.stdout) -> list[Decision]:
-    decisions = decide(sweep.runs, sweep.rerun)
+    runs = sweep.runs
+    if sweep.deferred is not None:
+        later = sweep.deferred()
+        runs = runs + later
+        print(f"branches: {len(later)} planned from parents that have finished; the others are planned "
+              "once their parents finish (sweep.branch_at)", file=out)  # fmt: skip
+    decisions = decide(runs, sweep.rerun)
     print(table(decisions, sweep.throughput), file=out)
     print(f"dry run of sweep {sweep.name} in {sweep.sweep_dir}: " + summary_line(decisions, sweep.throughput),
           file=out)  # fmt: skip
@@ -219,6 +228,9 @@ def _mtime(path: Path) -> int | None:
         return None
 
 
+_DEFERRED: list[PlannedRun] = []  # marks where the deferred phase runs (compared by identity)
+
+
 def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> dict[str, str]:
     """Launch every phase (waiting for each), keep the manifest current; return name → final status.
     With resource rules (``sweep.resources``) a phase's runs are launched one rule at a time, in rule
@@ -234,7 +246,17 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
     by_name = {d.planned.name: d for d in decisions}
     errors: dict[str, str] = {}
     jobs: dict[str, int] = {}
-    for phase in sweep.phases:
+    phases = [*sweep.phases, *([_DEFERRED] if sweep.deferred is not None else [])]
+    while phases:
+        phase = phases.pop(0)
+        if phase is _DEFERRED:
+            phase = sweep.deferred()
+            check_unique(sweep.runs + phase)
+            added = decide(phase, sweep.rerun)
+            decisions += added
+            by_name.update({d.planned.name: d for d in added})
+            print(f"phase 2: {len(phase)} branches planned from the parents' records", flush=True)
+            write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None, jobs))
         todo = [p for p in phase if by_name[p.name].launch]
         todo = [p for p in todo if _parent_ready(p, by_name)]
         for p in todo:

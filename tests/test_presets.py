@@ -39,6 +39,7 @@ TINY = {
     "smoke": [],
     "precision_grid": TINY_LM,
     "hybrid_fixes": TINY_LM,
+    "lm_precisions": [*TINY_LM, "sweep.seeds=[0]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -55,6 +56,17 @@ TINY = {
         "train.ckpt_every=2",
         "sweep.branch_step=2",
     ],  # fmt: skip
+    "proxy_mechanism": [
+        *TINY_PROXY,
+        "train.steps=8",
+        "model.width=16",
+        "train.ckpt_every=2",
+        "sweep.seeds=[0]",
+        "train.spike_window=2",
+        "train.spike_threshold=1e-9",  # every rise of the 2-step mean is a "spike": branches are planned
+    ],
+    "proxy_late_search": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "block_size_study": [
         "study.weights=false",
         "study.sigmas=[0.005,0.05]",
@@ -66,9 +78,13 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "smoke": (4, 0),
     "precision_grid": (150, 0),
     "hybrid_fixes": (30, 0),
+    "lm_precisions": (243, 0),
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
+    "proxy_mechanism": (16, 0),  # branches are planned from the parents' records (sweep.branch_at)
+    "proxy_canonical": (2, 0),
+    "proxy_late_search": (3, 0),  # × 2 norm-LR multipliers (hydra.sweeper.params)
 }
 
 
@@ -109,8 +125,42 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
         return
     records = [json.loads(p.read_text()) for p in out.glob("*/summary.json")]
     first, second = RUNS[name]
-    expected = {"precision_grid": 25, "hybrid_fixes": 5, "paper_llm": 25, "proxy_lr_sweep": 48}.get(name)
+    if name == "proxy_mechanism":
+        first, second = 2, _check_spike_branches(out)  # one seed (sweep.seeds=[0]) × 2 precisions
+    expected = {
+        "precision_grid": 25,
+        "hybrid_fixes": 5,
+        "paper_llm": 25,
+        "proxy_lr_sweep": 48,
+        "proxy_late_search": 2,  # one seed × 2 norm-LR multipliers
+        "lm_precisions": 9,
+    }.get(name)
     assert len(records) == (expected or first + second)
     assert {s["status"] for s in records} <= {"done", "diverged"}, [s.get("error") for s in records]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["launched"] == len(records)
+
+
+def _check_spike_branches(out) -> int:
+    """proxy_mechanism's second phase: every parent with a spike has its five branches, each from the
+    checkpoint at 0.75 × the parent's first-spike step; returns the number of branches."""
+    import yaml
+
+    from sweeper.grid import spike_branch_step
+
+    parents, branches = {}, []
+    for path in out.glob("*/config.yaml"):
+        cfg = yaml.safe_load(path.read_text())
+        summary = json.loads((path.parent / "summary.json").read_text())
+        if cfg["train"]["branch_from"] is None:
+            parents[path.parent.name] = summary
+        else:
+            branches.append((cfg, summary))
+    expected = {n: spike_branch_step(s, 0.75, 2) for n, s in parents.items()}
+    assert any(expected.values()), f"no parent spiked: {parents}"
+    for cfg, summary in branches:
+        parent = cfg["train"]["branch_from"].rstrip("/").rsplit("/", 1)[-1]
+        assert cfg["train"]["branch_step"] == expected[parent]
+        assert cfg["train"]["twin_every"] == 0 and summary["status"] in ("done", "diverged")
+    assert len(branches) == 5 * sum(1 for k in expected.values() if k)
+    return len(branches)

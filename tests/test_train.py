@@ -113,7 +113,7 @@ def test_proxy_loss_falls(tmp_path):
 
 
 def _strip(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "step_time"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in record.TIMINGS} for r in rows]
 
 
 @pytest.mark.parametrize("task", ["proxy", "lm"])
@@ -229,17 +229,27 @@ def test_spike_detector_on_synthetic_losses():
     assert run(smooth + [1.04]) == (None, None)  # a rise below the threshold is not a spike
 
 
-@pytest.mark.parametrize(("fmt", "exact"), [("fp32", True), ("fp4_e2m1", False)])
-def test_fp32_twin_gradient_metrics(tmp_path, fmt, exact):
-    run_task(proxy_run(tmp_path, PrecisionConfig(w=fmt, a=fmt), steps=10, twin_every=5))
-    rows = [r for r in record.read_metrics(tmp_path) if "twin_cos" in r]
+def test_fp32_twin_is_the_fp32_run(tmp_path):
+    """The twin of an MX run is the fp32 run of the same seed, step for step (same init, batches and
+    LR), with its own val loss and spike record; an fp32 run has no twin (it would be itself)."""
+    fp32, mx = tmp_path / "fp32", tmp_path / "mx"
+    s32 = run_task(proxy_run(fp32, steps=10, twin_every=5, eval_every=5))
+    fp4 = PrecisionConfig(w="fp4_e2m1", a="fp4_e2m1")
+    smx = run_task(proxy_run(mx, fp4, steps=10, twin_every=5, eval_every=5))
+    ref = {r["step"]: r for r in record.read_metrics(fp32)}
+    assert s32["twin"] is False and not any(k.startswith("twin") for r in ref.values() for k in r)
+    rows = [r for r in record.read_metrics(mx) if "twin_cos" in r]
     assert [r["step"] for r in rows] == [5, 10]
     for r in rows:
-        if exact:
-            assert r["twin_cos"] == pytest.approx(1.0, abs=1e-12) and r["twin_zeta"] < 1e-20
-            assert r["twin_loss"] == r["loss"]  # same init, same batches, same trajectory
-        else:
-            assert r["twin_cos"] < 0.999 and r["twin_zeta"] > 1e-4
+        assert r["twin_cos"] < 0.999 and r["twin_zeta"] > 1e-4
+        assert r["twin_loss"] == ref[r["step"]]["loss"]
+        assert r["twin_val_loss"] == ref[r["step"]]["val_loss"]
+    assert smx["twin"] is True
+    assert smx["twin_final_val_loss"] == s32["final_val_loss"]
+    assert smx["twin_final_train_loss"] == s32["final_train_loss"]
+    assert smx["twin_spike_step"] == s32["spike_step"] and smx["twin_diverged_step"] is None
+    assert smx["median_step_time_with_twin"] > smx["median_step_time"] > 0
+    assert smx["median_twin_time"] > 0 and "median_step_time_with_twin" not in s32
 
 
 def test_done_run_is_not_overwritten(tmp_path):

@@ -99,6 +99,9 @@ class TrainConfig:
     steps: int = 1000
     batch_size: int = 32
     lr: float = 1e-3
+    norm_lr_mult: float = 1.0
+    """LayerNorm/RMSNorm parameters (γ, β) train at ``norm_lr_mult × lr``: < 1 holds γ near its init
+    of 1 longer (inside the E4M3 clamp zone (0.875, 1) of the instability study for longer)."""
     warmup_frac: float = 0.2
     """Linear warm-up over this fraction of ``steps`` (cosine schedule only)."""
     min_lr_frac: float = 0.1
@@ -144,6 +147,10 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"train.lr must be > 0, got {self.lr}")
+        if not self.norm_lr_mult > 0:
+            raise ValueError(
+                f"train.norm_lr_mult must be > 0 (1 = the same LR as the rest), got {self.norm_lr_mult}"
+            )
         if not 0 <= self.warmup_frac < 1:
             raise ValueError(f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if not 0 <= self.min_lr_frac <= 1:

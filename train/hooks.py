@@ -8,6 +8,8 @@ written). Order matters; ``default_hooks`` gives
 
     Evaluator → Fp32Twin → SpikeDetector → MetricsLogger → WandbLogger → Checkpointer
 
+(the twin after the Evaluator, so it evaluates itself at the same steps).
+
 so the loggers see val loss and twin metrics, and the checkpoint sees every hook's latest state.
 
 Multi-process: only rank 0 runs a hook unless it sets ``all_ranks = True`` (the Evaluator, whose
@@ -22,6 +24,7 @@ import math
 import signal
 import statistics
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -63,15 +66,17 @@ def _due(step: int, every: int, last: int) -> bool:
 
 
 @torch.no_grad()
-def evaluate(state: State) -> float:
-    """Mean validation loss (under the run's autocast; averaged over ranks under DDP); the
-    stochastic-rounding generator is left as it was."""
-    gen = checkpoint._sr_generator(state.model)
+def evaluate(state: State, model: nn.Module | None = None) -> float:
+    """Mean validation loss of ``model`` (default: the trained model; the fp32 twin passes its own)
+    under the run's autocast, averaged over ranks under DDP; the stochastic-rounding generator is
+    left as it was."""
+    model = state.model if model is None else model
+    gen = checkpoint._sr_generator(model)
     saved = gen.get_state() if gen is not None else None
-    state.model.eval()
+    model.eval()
     with autocast(state.run):
-        losses = [float(state.task.loss(state.model, b)) for b in state.task.val_batches()]
-    state.model.train()
+        losses = [float(state.task.loss(model, b)) for b in state.task.val_batches()]
+    model.train()
     if gen is not None:
         gen.set_state(saved)
     mean = sum(losses) / len(losses)
@@ -111,11 +116,17 @@ def _blocked(policy: QuantPolicy, role: str) -> bool:
 
 class MetricsLogger(Callback):
     """Appends one metrics.jsonl line every ``every`` steps (and on eval/last/stop steps): losses, LR,
-    grad norm, LN-γ clip fraction per layer (weight format), activation clip fraction per block
-    (activation format, from forward hooks on ``model.blocks``), tokens, FLOPs, step time, epoch."""
+    grad norm, LN-γ clip fraction per layer, activation clip fraction per block (activation format,
+    from forward hooks on ``model.blocks``), tokens, FLOPs, step time, epoch.
+
+    ``clip_ln/*`` is computed with the spec γ is really quantized with (``norm_affine`` and
+    ``norm_scale_rule``) when that is a block format; otherwise, as a diagnostic of what *would*
+    clip, with the weight format. The summary's ``clip_ln_spec`` says which."""
 
     def __init__(self, every: int = 1):
         self.every, self.step_times, self._acts, self._handles = every, [], {}, []
+        self.with_twin: list[float] = []
+        self.clip_ln_spec: str | None = None
 
     def on_train_start(self, state: State) -> None:
         for i, block in enumerate(getattr(state.model, "blocks", ())):
@@ -130,6 +141,8 @@ class MetricsLogger(Callback):
 
     def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
         self.step_times.append(metrics["step_time"])
+        if "twin_time" in metrics:
+            self.with_twin.append(metrics["step_time"] + metrics["twin_time"])
         state.row = None
         s, task = state.step, state.task
         if not (_due(s, self.every, state.run.train.steps) or "val_loss" in metrics or state.stop):
@@ -143,10 +156,14 @@ class MetricsLogger(Callback):
     def _clipping(self, state: State) -> dict[str, float]:
         p, out = state.policy, {}
         kw = {"block_size": p.block_size, "scale": p.scale}
-        if _blocked(p, "w"):
+        ln_spec, why = p.norm_spec(), "norm_affine"
+        if ln_spec is None or ln_spec.block_size is None:
+            ln_spec, why = (p.spec("w"), "weight format, diagnostic") if _blocked(p, "w") else (None, "")
+        if ln_spec is not None:
+            self.clip_ln_spec = f"{ln_spec.elem.name} {ln_spec.scale.name}-{ln_spec.scale_rule.value} ({why})"
             for name, m in state.model.named_modules():
                 if isinstance(m, nn.LayerNorm | nn.RMSNorm) and m.weight is not None:
-                    out[f"clip_ln/{name}"] = quant.clip_fraction(m.weight, p.name_of("w"), **kw)
+                    out[f"clip_ln/{name}"] = quant.spec_clip_fraction(m.weight, ln_spec)
         if _blocked(p, "a"):
             for i, act in sorted(self._acts.items()):
                 out[f"clip_act/block{i}"] = quant.clip_fraction(act, p.name_of("a"), **kw)
@@ -158,7 +175,12 @@ class MetricsLogger(Callback):
         self._handles, self._acts = [], {}
 
     def summary(self) -> dict:
-        return {"median_step_time": statistics.median(self.step_times) if self.step_times else None}
+        out = {"median_step_time": statistics.median(self.step_times) if self.step_times else None}
+        if self.with_twin:
+            out["median_step_time_with_twin"] = statistics.median(self.with_twin)
+        if self.clip_ln_spec is not None:
+            out["clip_ln_spec"] = self.clip_ln_spec
+        return out
 
 
 class Checkpointer(Callback):
@@ -250,40 +272,108 @@ def _flat_grad(model: nn.Module) -> torch.Tensor:
 
 
 class Fp32Twin(Callback):
-    """An fp32 copy from the same init, trained alongside on the same batches (its own trajectory).
-    Every ``every`` steps: ``twin_cos`` = cos(g_mx, g_fp32) and ``twin_zeta`` = ‖g_mx − g_fp32‖² /
-    ‖g_fp32‖², the gradients taken at the same step on each run's own weights (the notes' ``stab/*``;
-    g_mx is after clipping, which the proxy protocol does not use)."""
+    """An fp32 copy from the same init, trained alongside on the same batches (its own trajectory):
+    a full citizen of the run, with its own train loss, val loss (at every eval step of the run),
+    spike detection and divergence step. Every ``every`` steps: ``twin_cos`` = cos(g_mx, g_fp32)
+    and ``twin_zeta`` = ‖g_mx − g_fp32‖² / ‖g_fp32‖², the gradients taken at the same step on each
+    run's own weights (the notes' ``stab/*``; g_mx is after clipping, which the proxy protocol does
+    not use). ``twin_time`` (every step) is what the twin adds to a step.
 
-    def __init__(self, every: int):
+    A run whose policy is fp32 throughout (schedule included) has no twin: it would be itself. A
+    twin whose loss turns non-finite stops there (``twin_diverged_step``); the run goes on."""
+
+    def __init__(self, every: int, spike_window: int = 100, spike_threshold: float = 0.008):
         self.every, self.model, self.optimizer = every, None, None
+        self.spikes = SpikeDetector(spike_window, spike_threshold)
+        self.enabled, self.last_loss, self.diverged_step = True, None, None
+        self.final_val, self.best_val = None, None
+        self.times: list[float] = []
 
     def on_train_start(self, state: State) -> None:
+        run = state.run
+        self.enabled = not all(run.precision_at(s).policy().is_identity for s in _policy_steps(run))
+        if not self.enabled:
+            return
         self.model = copy.deepcopy(state.model)  # called before any checkpoint is loaded: the init
         quant.set_policy(self.model, QuantPolicy(exclude=state.policy.exclude))
         self.optimizer = make_optimizer(self.model, state.run.train, state.task)
 
     def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        tic = time.perf_counter()
         cfg, step = state.run.train, state.step - 1
-        set_lr(self.optimizer, lr_at(cfg, state.task, step))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = state.task.loss(self.model, state.batch)
-        loss.backward()
-        if self.every and state.step % self.every == 0:
-            g_mx, g_32 = _flat_grad(state.model), _flat_grad(self.model)
-            metrics["twin_loss"] = loss.item()
-            metrics["twin_cos"] = float(torch.dot(g_mx, g_32) / (g_mx.norm() * g_32.norm()))
-            metrics["twin_zeta"] = float((g_mx - g_32).square().sum() / g_32.square().sum())
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        self.optimizer.step()
+        log = "val_loss" in metrics or (self.every and state.step % self.every == 0)
+        if self.diverged_step is None:
+            set_lr(self.optimizer, lr_at(cfg, state.task, step))
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = state.task.loss(self.model, state.batch)
+            value = loss.item()
+            if not math.isfinite(value):
+                self.diverged_step = state.step
+            else:
+                loss.backward()
+                self.last_loss = value
+                self.spikes.update(state.step, value)
+                if self.every and state.step % self.every == 0:
+                    g_mx, g_32 = _flat_grad(state.model), _flat_grad(self.model)
+                    metrics["twin_cos"] = float(torch.dot(g_mx, g_32) / (g_mx.norm() * g_32.norm()))
+                    metrics["twin_zeta"] = float((g_mx - g_32).square().sum() / g_32.square().sum())
+                if cfg.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                self.optimizer.step()
+            if log:
+                metrics["twin_loss"] = value
+        if "val_loss" in metrics:
+            val = evaluate(state, self.model) if self.diverged_step is None else math.nan
+            metrics["twin_val_loss"] = val
+            self.final_val = val
+            if math.isfinite(val) and (self.best_val is None or val < self.best_val):
+                self.best_val = val
+        metrics["twin_time"] = time.perf_counter() - tic
+        self.times.append(metrics["twin_time"])
 
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+    def state_dict(self) -> dict | None:
+        if not self.enabled:
+            return None
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "spikes": self.spikes.state_dict(),
+            "last_loss": self.last_loss,
+            "diverged_step": self.diverged_step,
+            "final_val": self.final_val,
+            "best_val": self.best_val,
+        }
 
     def load_state_dict(self, d: dict) -> None:
+        if not self.enabled:  # e.g. a branch to fp32 from a parent that had a twin
+            return
         self.model.load_state_dict(d["model"])
         self.optimizer.load_state_dict(d["optimizer"])
+        if "spikes" in d:  # checkpoints written before the twin had its own record
+            self.spikes.load_state_dict(d["spikes"])
+            self.last_loss, self.diverged_step = d["last_loss"], d["diverged_step"]
+            self.final_val, self.best_val = d["final_val"], d["best_val"]
+
+    def summary(self) -> dict:
+        if not self.enabled:
+            return {"twin": False}
+        return {
+            "twin": True,
+            "twin_final_train_loss": self.last_loss,
+            "twin_final_val_loss": self.final_val,
+            "twin_min_val_loss": self.best_val,
+            "twin_diverged_step": self.diverged_step,
+            "twin_spike_step": self.spikes.spike_step,
+            "twin_recovered": self.spikes.recovered,
+            "median_twin_time": statistics.median(self.times) if self.times else None,
+        }
+
+
+def _policy_steps(run: RunConfig) -> list[int]:
+    """The steps at which the run's precision can change (0 and each schedule entry)."""
+    return [0, *(e.step for e in run.train.schedule)]
 
 
 def default_hooks(run: RunConfig) -> list[Callback]:
@@ -291,7 +381,7 @@ def default_hooks(run: RunConfig) -> list[Callback]:
     t = run.train
     hooks: list[Callback] = [Evaluator(t.eval_every)]
     if t.twin_every:
-        hooks.append(Fp32Twin(t.twin_every))
+        hooks.append(Fp32Twin(t.twin_every, t.spike_window, t.spike_threshold))
     from train.wandb_logger import WandbLogger  # it subclasses Callback: imported here, not on top
 
     hooks += [

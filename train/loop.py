@@ -87,12 +87,19 @@ def _hook_state(hook: Any) -> Any:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, task: Task) -> torch.optim.AdamW:
-    """AdamW; weight decay only on the weight matrices of Linear layers."""
+    """AdamW; weight decay only on the weight matrices of Linear layers. With ``norm_lr_mult != 1``
+    the norm parameters are a group of their own whose ``lr_mult`` ``set_lr`` applies (with the
+    default there is no such group, so checkpoints keep the two-group layout)."""
     decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    norms = set()
+    if cfg.norm_lr_mult != 1.0:
+        norm_modules = [m for m in model.modules() if isinstance(m, nn.LayerNorm | nn.RMSNorm)]
+        norms = {id(p) for m in norm_modules for p in m.parameters()}
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if id(p) in decay], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
+        {"params": [p for p in params if id(p) not in decay | norms], "weight_decay": 0.0},
+        {"params": [p for p in params if id(p) in norms], "weight_decay": 0.0, "lr_mult": cfg.norm_lr_mult},
     ]
     betas = tuple(cfg.betas) if cfg.betas is not None else task.default_betas
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=betas, eps=cfg.eps)
@@ -112,7 +119,7 @@ def lr_at(cfg: TrainConfig, task: Task, step: int) -> float:
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_mult", 1.0)
 
 
 def autocast(run: RunConfig) -> contextlib.AbstractContextManager:

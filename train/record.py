@@ -31,6 +31,8 @@ import torch
 from omegaconf import OmegaConf
 
 FINAL = ("done", "diverged")
+TIMINGS = ("step_time", "twin_time")
+"""metrics.jsonl keys that are wall-clock measurements: they differ between otherwise identical runs."""
 NOT_IDENTITY = ("logger", "train.device", "data.data_dir")
 """Config keys that may differ between a run and its resume: where it logs, which device it runs on
 (e.g. cuda:0 → cuda:1 after a requeue) and where the corpus is cached."""

@@ -8,6 +8,7 @@ submitit_slurm), one phase at a time. Importing this module stays cheap (Hydra s
 each start): the work is imported inside ``sweep``.
 """
 
+import functools
 import itertools
 import os
 import sys
@@ -80,7 +81,7 @@ class MxSweeper(Sweeper):
         name = str(self.config.sweep.name)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         loader = self.hydra_context.config_loader
-        phase1, phase2, last = [], [], None
+        phase1, phase2, last, auto = [], [], None, []
         for combo, swept in self.combinations(arguments):
             where = f" (with {' '.join(f'{k}={v}' for k, v in swept.items())})" if swept else ""
             cfg = loader.load_sweep_config(self.config, combo)
@@ -97,8 +98,10 @@ class MxSweeper(Sweeper):
                 raise SweepError(f"{e}{where}") from None
             _check_conflicts(combo, runs[0].settings)
             phase1 += runs
-            if sweep.branches:
+            if sweep.branches and sweep.branch_at is None:
                 phase2 += branch(runs, sweep, sweep_dir)
+            elif sweep.branches:
+                auto.append((runs, sweep))
             last = sweep
         check_unique(phase1 + phase2)
         rules = resource_rules(last.resources)
@@ -114,7 +117,8 @@ class MxSweeper(Sweeper):
             "launcher": str(self.config.hydra.launcher.get("_target_")),
         }
         phases = [p for p in (phase1, phase2) if p]
-        return Sweep(name, sweep_dir, phases, last.rerun, last.throughput, meta, rules)
+        deferred = functools.partial(_spike_branches, auto, sweep_dir) if auto else None
+        return Sweep(name, sweep_dir, phases, last.rerun, last.throughput, meta, deferred, rules)
 
     def _launcher_params(self) -> dict[str, Any] | None:
         """The launcher's executor parameters (hydra-submitit-launcher keeps them in ``params``)."""
@@ -198,3 +202,21 @@ def _check_conflicts(combo: list[str], settings: dict[str, Any]) -> None:
                 "hydra.sweep.subdir": "the sweeper names run directories itself",
             }.get(key, "change the sweep axes (sweep.*, budget.*) instead")
             raise SweepError(f"{line}: {key} is set per run by the sweep; {hint}")
+
+
+def _spike_branches(groups: list, sweep_dir: Path) -> list:
+    """``sweep.branch_at``: the branches of every parent that has finished with a spike, each at the
+    fraction ``branch_at`` of its first-spike step (``sweeper.grid.spike_branch_step``)."""
+    from sweeper.grid import branch, spike_branch_step
+    from sweeper.status import read_summary
+
+    def step_of(fraction: float, parent: Any) -> Any:
+        summary = read_summary(parent.out_dir)
+        if not summary or summary.get("status") not in ("done", "diverged"):
+            return None
+        return spike_branch_step(summary, fraction, parent.run.train.ckpt_every)
+
+    out = []
+    for runs, sweep in groups:
+        out += branch(runs, sweep, sweep_dir, functools.partial(step_of, sweep.branch_at))
+    return out
