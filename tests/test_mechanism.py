@@ -123,3 +123,38 @@ def test_branch_at_is_validated():
         settings(branches=branches, branch_at=0.5, branch_step=100)
     with pytest.raises(ValueError, match=r"in \(0, 1\)"):
         settings(branches=branches, branch_at=1.5)
+
+
+def test_probe_reads_every_checkpoint_at_the_runs_own_weights(tmp_path):
+    """The same-weights gradient probe: exact for fp32 (both gradients are the same computation), below
+    1 for MX, one row per checkpoint with γ's mean and clip fraction, written atomically."""
+    import json
+
+    from models import ProxyConfig
+    from train import probe
+    from train.config import LoggerConfig, PrecisionConfig, RunConfig, WandbConfig
+    from train.hooks import default_hooks
+    from train.loop import train
+    from train.tasks import make_task
+
+    def run(out, prec):
+        cfg = RunConfig(
+            task="proxy",
+            model=ProxyConfig(depth=2, width=32),
+            precision=prec,
+            train=TrainConfig(steps=6, batch_size=16, lr=1e-2, grad_clip=None, ckpt_every=2, eval_every=0),
+            out_dir=str(out),
+            logger=LoggerConfig(wandb=WandbConfig(mode="disabled")),
+        )
+        train(cfg, make_task(cfg), default_hooks(cfg))
+        return probe.probe_run(out)
+
+    exact = run(tmp_path / "fp32", PrecisionConfig())
+    assert [r["step"] for r in exact] == [2, 4, 6]
+    assert all(r["probe_cos"] == pytest.approx(1.0, abs=1e-12) and r["probe_zeta"] < 1e-20 for r in exact)
+    mx = run(tmp_path / "mx", PrecisionConfig(w="fp4_e2m1", a="fp4_e2m1", norm_affine="fp8_e4m3"))
+    assert all(r["probe_cos"] < 0.9999 for r in mx)
+    assert {"clip_ln/blocks.0.norm", "gamma_mean/blocks.0.norm"} <= set(mx[0])
+    lines = (tmp_path / "mx" / probe.PROBE).read_text().splitlines()
+    assert [json.loads(line) for line in lines] == mx
+    assert probe.main([str(tmp_path / "nothing")]) == 2

@@ -76,7 +76,7 @@ def prepare(run_dir: str | Path, run: Any, overwrite: bool = False) -> None:
     cfg = out / "config.yaml"
     if cfg.exists() and _identity(cfg.read_text()) != _identity(text):
         raise ValueError(f"{out} holds a run with a different config; use another out_dir or overwrite=True")
-    _atomic_write(cfg, text)
+    atomic_write(cfg, text)
 
 
 def _identity(text: str) -> dict[str, Any]:
@@ -116,11 +116,11 @@ def truncate_metrics(run_dir: str | Path, step: int) -> None:
             continue
         if row.get("step", 0) <= step:
             keep.append(line)
-    _atomic_write(path, "".join(line + "\n" for line in keep))
+    atomic_write(path, "".join(line + "\n" for line in keep))
 
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
-    _atomic_write(Path(run_dir) / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write(Path(run_dir) / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
 
 
 def environment() -> dict[str, Any]:
@@ -153,7 +153,13 @@ def _git() -> dict[str, Any]:
     return {"revision": rev or None, "dirty": bool(dirty) if rev else None}
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: readers see the old file
+    or the new one, never half of one; the temporary file is removed if the write fails."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
