@@ -41,6 +41,7 @@ import torch.nn.functional as F  # noqa: E402
 import quant  # noqa: E402
 from benchmarks._timing import cpu_model, round_robin, stats, warm_up  # noqa: E402
 from models import LMConfig, build_lm  # noqa: E402
+from train.config import TrainConfig  # noqa: E402
 from train.loop import make_optimizer  # noqa: E402
 from train.tasks import LMTask  # noqa: E402
 
@@ -78,7 +79,7 @@ def make_step(cfg: LMConfig, policy: quant.QuantPolicy | None, args) -> Callable
     if policy is not None:
         quant.convert(model, policy)
     task = LMTask(cfg, _Tokens(args.batch, args.seq, cfg.vocab_size, args.device), device=args.device)
-    opt = make_optimizer(model, _TrainDefaults(), task)
+    opt = make_optimizer(model, TrainConfig(), task)  # the optimizer a run gets by default
     inputs, targets = task.batch(0)
 
     def step() -> float:
@@ -93,12 +94,6 @@ def make_step(cfg: LMConfig, policy: quant.QuantPolicy | None, args) -> Callable
         return loss.item()
 
     return step
-
-
-class _TrainDefaults:
-    """The optimizer fields ``make_optimizer`` reads, at the LM's defaults."""
-
-    weight_decay, betas, eps, lr = 0.0, None, 1e-8, 1e-3
 
 
 def parse_args(argv=None):
