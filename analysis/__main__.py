@@ -1,4 +1,5 @@
-"""``python -m analysis report <sweep_dir> [--out DIR]`` and ``python -m analysis collect <sweep_dir>``."""
+"""``python -m analysis report <sweep_dir> [--out DIR]``, ``python -m analysis collect <sweep_dir>`` and
+``python -m analysis results [--root outputs] [--out docs/results.md]`` (the reproduction document)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     col = sub.add_parser("collect", help="write results.parquet/.csv and curves.parquet only")
     col.add_argument("sweep_dir", type=Path)
     col.add_argument("--out", type=Path, default=None)
+    res = sub.add_parser("results", help="regenerate docs/results.md from the records under --root")
+    res.add_argument("--root", type=Path, default=Path("outputs"), help="where the commands wrote records")
+    res.add_argument("--out", type=Path, default=Path("docs/results.md"))
     args = parser.parse_args(argv)
+    if args.command == "results":
+        from analysis.results import summary, write_results
+
+        t0 = time.perf_counter()
+        path = write_results(args.root, args.out)
+        verdicts = summary(path)
+        for title, verdict in verdicts.items():
+            print(f"  {verdict:22s} {title}")
+        print(f"results: {path} ({time.perf_counter() - t0:.1f}s)")
+        return 0
     if not args.sweep_dir.is_dir():
         print(f"error: {args.sweep_dir} is not a directory", file=sys.stderr)
         return 2

@@ -66,6 +66,7 @@ PRECISION_DEFAULTS: dict[str, Any] = {
     "grad_rounding": None,
     "quantize_backward": True,
     "norm_affine": "none",
+    "norm_scale_rule": None,
     "vector_ops": "none",
     "attention": False,
     "exclude": [],
@@ -79,6 +80,7 @@ _LABEL_KEYS = {  # setting → short tag in the precision label, when it differs
     "rounding": "round",
     "grad_rounding": "grad_round",
     "norm_affine": "ln",
+    "norm_scale_rule": "ln_rule",
     "vector_ops": "vec",
 }
 BUDGET_KEYS = ("sweep.C", "budget", "budget.flops", "sweep.budget", "train.budget", "flops_budget")

@@ -401,3 +401,550 @@ def figure_names() -> Sequence[str]:
         "fit_vs_data.png",
         "fit_diverged.png",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Block-size study (``analysis.blocksize``; ``study.plot_study`` saves these into its run record)
+
+BLOCKSIZE_FONT = 9
+"""Smallest font in the block-size figures (tick labels, legends): readable at 100 %."""
+BLOCKSIZE_LAYER_KINDS = {
+    "query": "q",
+    "key": "k",
+    "value": "v",
+    "attention.output": "attn out",
+    "intermediate": "ffn in",
+    "output.dense": "ffn out",
+    "pooler": "pooler",
+}
+"""Substring of a MiniLM weight name → the layer kind ``blocksize_layers`` colours by (first match)."""
+
+
+def _plain_log_labels(axis, max_ratio: float, subs: tuple[int, ...]) -> None:
+    """Plain labels (0.005, 0.01, 0.02) on a log ``axis`` spanning less than ``max_ratio``, instead of
+    matplotlib's 2×10⁻² on every minor tick: decades and the ``subs`` multiples of each decade, or every
+    tick where those would be fewer than two (under about a decade matplotlib places linear ticks:
+    0.0125, 0.013 …)."""
+    from matplotlib.ticker import FuncFormatter
+
+    lo, hi = sorted(axis.get_view_interval())
+    if not (lo > 0 and hi < max_ratio * lo):
+        return
+
+    def picked(v: float) -> bool:  # a decade or one of its ``subs`` multiples
+        m = v / 10 ** math.floor(math.log10(v) + 1e-9)
+        return min(abs(m - t) for t in (1, *subs)) < 1e-6
+
+    k = np.arange(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    ticks = (np.arange(1, 10)[:, None] * 10.0**k).ravel()
+    inside = ticks[(ticks >= lo) & (ticks <= hi)]
+    every = len(inside) <= 1 or sum(map(picked, inside)) < 2
+    minor = FuncFormatter(lambda v, _: f"{v:.3g}" if every or picked(v) else "")
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    axis.set_minor_formatter(minor)
+
+
+def _blocksize_axes(ax, title: str, blocks: Sequence[int] | None = None) -> None:
+    """Log axes (set the limits first), grid, fonts; with ``blocks`` a log2 block-size x axis labelled
+    4, 8, 16 …, else a log σ axis."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_yscale("log")
+    if blocks is not None:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(blocks), [str(b) for b in blocks])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("block size", fontsize=BLOCKSIZE_FONT + 1)
+    else:
+        ax.set_xscale("log")
+        ax.set_xlabel("σ", fontsize=BLOCKSIZE_FONT + 1)
+        _plain_log_labels(ax.xaxis, 1000, (2, 5))
+    _plain_log_labels(ax.yaxis, 100, (2, 3, 5))
+    ax.set_title(title, fontsize=BLOCKSIZE_FONT + 1)
+    ax.tick_params(which="both", labelsize=BLOCKSIZE_FONT)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _blocksize_legend(fig: Figure, handles: list, ncols: int) -> None:
+    """The figure's one legend, under the panels (outside every axes: it covers no curve)."""
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=min(ncols, len(handles)),
+        fontsize=BLOCKSIZE_FONT,
+        frameon=False,
+    )
+
+
+def blocksize_curves(grid: pd.DataFrame, *, elem: str = "fp4_e2m1") -> Figure:
+    """Relative MSE (MSE/σ²) against block size: one panel per scale variant, one colour per σ; the
+    Gaussian theory (line), Monte Carlo (o) and, where the table has them, the MiniLM layers rescaled to
+    σ (x, dashed). ``grid``: the study's table (scale, block_size, sigma, theory, monte_carlo,
+    weights_rescaled)."""
+    from matplotlib.lines import Line2D
+
+    scales = list(dict.fromkeys(grid["scale"]))
+    sigmas = sorted(set(grid["sigma"]))
+    blocks = sorted(set(grid["block_size"]))
+    cmap = colormaps["viridis"]
+    colour = {s: cmap(0.92 * i / max(1, len(sigmas) - 1)) for i, s in enumerate(sigmas)}
+    has_w = "weights_rescaled" in grid and grid["weights_rescaled"].notna().any()
+    fig, axes = _grid(max(1, len(scales)), ncols=3, size=(3.1, 2.5))
+    for ax, sc in zip(axes.flat, scales, strict=False):
+        g = grid[grid["scale"] == sc]
+        for s in sigmas:
+            h = g[g["sigma"] == s].sort_values("block_size")
+            c = colour[s]
+            ax.plot(h["block_size"], h["theory"], "-", color=c, lw=1.2)
+            ax.plot(h["block_size"], h["monte_carlo"], "o", color=c, ms=4, mfc="none")
+            if has_w and h["weights_rescaled"].notna().any():
+                ax.plot(h["block_size"], h["weights_rescaled"], "x--", color=c, ms=4, lw=0.7, alpha=0.8)
+        _blocksize_axes(ax, sc, blocks)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("MSE / σ²", fontsize=BLOCKSIZE_FONT + 1)
+    _hide_unused(axes, max(1, len(scales)))
+    handles = [Line2D([], [], color=colour[s], lw=1.5, label=f"σ = {s:g}") for s in sigmas]
+    handles += [
+        Line2D([], [], color="k", lw=1.2, label="theory (Gaussian)"),
+        Line2D([], [], color="k", marker="o", mfc="none", ls="none", label="Monte Carlo"),
+    ]
+    if has_w:
+        handles.append(Line2D([], [], color="k", marker="x", ls="--", lw=0.7, label="MiniLM rescaled to σ"))
+    _blocksize_legend(fig, handles, ncols=6)
+    fig.suptitle(f"{elem}: relative quantization MSE against block size, per scale format", fontsize=11)
+    return fig
+
+
+def _worse_spans(wide: pd.DataFrame, rtol: float = 1e-3) -> list[tuple[float, float]]:
+    """σ intervals where some block size has a larger relative MSE than the next larger one
+    (``wide``: theory, index σ ascending, columns block sizes ascending); edges halfway (in log σ)
+    between grid points."""
+    v = wide.to_numpy(float)
+    worse = (v[:, :-1] > v[:, 1:] * (1 + rtol)).any(axis=1)
+    sig = wide.index.to_numpy(float)
+    edges = np.sqrt(sig[1:] * sig[:-1])
+    spans, start = [], None
+    for i, w in enumerate(worse):
+        if w and start is None:
+            start = sig[0] if i == 0 else edges[i - 1]
+        if not w and start is not None:
+            spans.append((start, edges[i - 1]))
+            start = None
+    if start is not None:
+        spans.append((start, sig[-1]))
+    return spans
+
+
+def blocksize_sigma(
+    fine: pd.DataFrame,
+    grid: pd.DataFrame,
+    crossovers: pd.DataFrame | None = None,
+    *,
+    elem: str = "fp4_e2m1",
+    pair: tuple[int, int] = (8, 16),
+) -> Figure:
+    """Relative MSE against σ (log–log), one panel per scale of ``fine`` (the theory on a fine σ grid:
+    scale, block_size, sigma, theory), one colour per block size, Monte Carlo points from ``grid``.
+    Shaded: the σ range where some smaller block is worse than the next larger one (theory); dotted:
+    the ``pair`` crossover from ``crossovers``. The y range is chosen from the data of interest — from
+    the smallest MSE up to 4× the largest large-σ plateau — so the inversion fills the panel; curves
+    leave through the top where whole blocks round to zero (MSE/σ² → 1)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    scales = list(dict.fromkeys(fine["scale"]))
+    blocks = sorted(set(fine["block_size"]))
+    cmap = colormaps["plasma"]
+    bcol = {b: cmap(0.88 * i / max(1, len(blocks) - 1)) for i, b in enumerate(blocks)}
+    fig, axes = _grid(max(1, len(scales)), ncols=2, size=(4.7, 4.0))
+    marked = False
+    for ax, sc in zip(axes.flat, scales, strict=False):
+        wide = fine[fine["scale"] == sc].pivot_table(index="sigma", columns="block_size", values="theory")
+        wide = wide.sort_index()[sorted(wide.columns)]
+        sig = wide.index.to_numpy(float)
+        for lo, hi in _worse_spans(wide):
+            ax.axvspan(lo, hi, color="0.88", lw=0, zorder=0)
+        for b in wide.columns:
+            ax.plot(sig, wide[b], color=bcol[b], lw=1.3)
+            h = grid[(grid["scale"] == sc) & (grid["block_size"] == b)]
+            ax.plot(h["sigma"], h["monte_carlo"], "o", color=bcol[b], ms=4, mfc="none")
+        y_lo = 0.8 * float(np.nanmin(wide.to_numpy(float)))
+        y_hi = min(1.5, 4 * float(wide.iloc[-1].max()))
+        x_lo = sig[(wide.to_numpy(float) < y_hi).any(axis=1)].min() / 1.5
+        ax.set_xlim(x_lo, sig[-1])
+        ax.set_ylim(y_lo, y_hi)
+        title = sc
+        if crossovers is not None and len(crossovers):
+            c = crossovers[
+                (crossovers["scale"] == sc)
+                & (crossovers["small"] == pair[0])
+                & (crossovers["large"] == pair[1])
+            ]["theory_sigma"].dropna()
+            if len(c) and np.isfinite(c.iloc[0]):
+                ax.axvline(c.iloc[0], color="k", ls=":", lw=1.2)
+                title, marked = f"{sc}: {pair[0]} vs {pair[1]} cross at σ = {c.iloc[0]:.3g}", True
+        _blocksize_axes(ax, title)
+    axes[0, 0].set_ylabel("MSE / σ²  (theory, no global scale)", fontsize=BLOCKSIZE_FONT + 1)
+    _hide_unused(axes, max(1, len(scales)))
+    handles = [Line2D([], [], color=bcol[b], lw=1.5, label=f"block {b}") for b in blocks]
+    handles.append(Line2D([], [], color="k", marker="o", mfc="none", ls="none", label="Monte Carlo"))
+    handles.append(Patch(color="0.88", label="a smaller block is worse"))
+    if marked:
+        handles.append(Line2D([], [], color="k", ls=":", lw=1.2, label=f"{pair[0]} vs {pair[1]} crossover"))
+    _blocksize_legend(fig, handles, ncols=5)
+    fig.suptitle(
+        f"{elem}: relative MSE against σ (curves leave the top where blocks round to 0)", fontsize=11
+    )
+    return fig
+
+
+def blocksize_layers(layers: pd.DataFrame) -> Figure:
+    """Real weights at their own σ: per layer ||Q(W) − W||²/||W||² against block size, one panel per
+    scale variant, coloured by layer kind (``BLOCKSIZE_LAYER_KINDS``). ``layers``: the study's
+    per-layer table (layer, scale, block_size, rel_err)."""
+    from matplotlib.lines import Line2D
+
+    def kind(name: str) -> str:
+        return next((v for k, v in BLOCKSIZE_LAYER_KINDS.items() if k in name), "other")
+
+    kinds = list(dict.fromkeys([*BLOCKSIZE_LAYER_KINDS.values(), "other"]))
+    kcol = {k: colormaps["tab10"](i) for i, k in enumerate(kinds)}
+    scales = list(dict.fromkeys(layers["scale"]))
+    blocks = sorted(set(layers["block_size"]))
+    fig, axes = _grid(max(1, len(scales)), ncols=3, size=(3.1, 2.5))
+    seen: set[str] = set()
+    for ax, sc in zip(axes.flat, scales, strict=False):
+        for layer, h in layers[layers["scale"] == sc].groupby("layer", sort=False):
+            k = kind(str(layer))
+            seen.add(k)
+            h = h.sort_values("block_size")
+            ax.plot(h["block_size"], h["rel_err"], color=kcol[k], lw=0.8, alpha=0.75)
+        _blocksize_axes(ax, sc, blocks)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("‖Q(W) − W‖² / ‖W‖²", fontsize=BLOCKSIZE_FONT + 1)
+    _hide_unused(axes, max(1, len(scales)))
+    handles = [Line2D([], [], color=kcol[k], lw=1.5, label=k) for k in kinds if k in seen]
+    _blocksize_legend(fig, handles, ncols=7)
+    fig.suptitle("all-MiniLM-L6-v2 layers at their own σ: relative error against block size", fontsize=11)
+    return fig
+
+
+# -- the instability study's proxy (analysis.proxy) ------------------------------------------------
+_SEED_CMAP = "tab10"
+
+
+def _seed_colors(seeds: Sequence[Any]) -> dict[Any, Any]:
+    cmap = colormaps[_SEED_CMAP]
+    return {s: cmap(i % 10) for i, s in enumerate(sorted(seeds))}
+
+
+def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
+    """The mechanism, one column per phase-1 variant (e.g. γ in E4M3 / γ unquantized), a line per seed:
+    train loss (solid) against the fp32 twin's (dotted, same colour; log y), the gradient cosine to the
+    twin, and the LayerNorm-γ clip fraction (mean over LayerNorms). A cross marks each run's end when
+    it blew up."""
+    parents = runs[runs["parent"].isna()]
+    variants = list(dict.fromkeys(parents["label"]))
+    colors = _seed_colors(parents["seed"].dropna().unique())
+    fig = Figure(figsize=(4.6 * max(1, len(variants)), 8.4), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(3, max(1, len(variants)), squeeze=False, sharex=True))
+    for j, label in enumerate(variants):
+        for _, r in parents[parents["label"] == label].iterrows():
+            c = curves[curves["run"] == r["run"]].sort_values("step")
+            if c.empty:
+                continue
+            col = colors.get(r["seed"], "grey")
+            axes[0, j].plot(c["step"], c["loss"], color=col, lw=0.9, label=f"seed {r['seed']:.0f}")
+            if "twin_loss" in c:
+                t = c.dropna(subset=["twin_loss"])
+                axes[0, j].plot(t["step"], t["twin_loss"], color=col, lw=0.8, ls=":")
+            if r["blew_up"]:
+                last = c.dropna(subset=["loss"]).iloc[-1]
+                axes[0, j].plot(last["step"], last["loss"], "x", color=col, ms=7, mew=2)
+            if "twin_cos" in c:
+                t = c.dropna(subset=["twin_cos"])
+                axes[1, j].plot(
+                    t["step"], t["twin_cos"].rolling(5, min_periods=1).median(), color=col, lw=0.9
+                )
+            clip = [k for k in c.columns if k.startswith("clip_ln/")]
+            if clip:
+                axes[2, j].plot(c["step"], c[clip].mean(axis=1), color=col, lw=0.9)
+        axes[0, j].set_title(label, fontsize=10)
+        axes[0, j].set_yscale("log")
+        axes[2, j].set_xlabel("step")
+        for ax in axes[:, j]:
+            ax.grid(alpha=0.3)
+        axes[1, j].set_ylim(-0.1, 1.02)
+        axes[2, j].set_ylim(-0.02, 1.02)
+    axes[0, 0].set_ylabel("train loss (dotted: fp32 twin)")
+    axes[1, 0].set_ylabel("grad cosine to twin")
+    axes[2, 0].set_ylabel("LN-γ clip fraction")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(8, len(handles)), fontsize=9)
+    fig.suptitle("Proxy: MX with LayerNorm γ quantized against its fp32 twin (× : blew up)", fontsize=11)
+    return fig
+
+
+def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_panels: int = 8) -> Figure:
+    """Parent vs branches: one panel per parent that was branched, its train loss (black), its fp32
+    twin (grey dotted) and each intervention from its branch step (colours shared across panels; one
+    legend for the figure, outside the panels). Log y."""
+    branches = runs[runs["parent"].notna()]
+    parents = list(dict.fromkeys(branches["parent"]))[:max_panels]
+    names = list(dict.fromkeys(branches["variant"]))
+    cmap = colormaps["tab10"]
+    color = {n: cmap(i % 10) for i, n in enumerate(names)}
+    fig, axes = _grid(max(1, len(parents)), ncols=4, size=(3.4, 2.8))
+    by_run = runs.set_index("run")
+    for ax, parent in zip(axes.flat, parents, strict=False):
+        c = curves[curves["run"] == parent].sort_values("step")
+        ax.plot(c["step"], c["loss"], color="black", lw=1.0, label="parent (no change)")
+        if "twin_loss" in c:
+            t = c.dropna(subset=["twin_loss"])
+            ax.plot(t["step"], t["twin_loss"], color="grey", lw=0.9, ls=":", label="fp32 twin")
+        for _, b in branches[branches["parent"] == parent].iterrows():
+            bc = curves[curves["run"] == b["run"]].sort_values("step")
+            ax.plot(bc["step"], bc["loss"], color=color[b["variant"]], lw=0.9, label=b["variant"])
+        k = branches.loc[branches["parent"] == parent, "branch_step"].iloc[0]
+        ax.axvline(k, color="grey", lw=0.6, ls="--")
+        p = by_run.loc[parent]
+        ax.set_title(f"{p['label']} seed {p['seed']:.0f} (branch @ {k:.0f})", fontsize=9)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if not parents:
+        axes.flat[0].text(0.5, 0.5, "no branches", ha="center", va="center")
+    _hide_unused(axes, max(1, len(parents)))
+    axes.flat[0].set_ylabel("train loss")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if handles:
+        seen = dict(zip(labels, handles, strict=True))
+        fig.legend(
+            seen.values(), seen.keys(), loc="outside lower center", ncols=min(7, len(seen)), fontsize=9
+        )
+    fig.suptitle("Interventions branched from each parent before its spike", fontsize=11)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# LM precision study (``analysis.lmstudy``; the report's precision-law and Δ-vs-bf16 sections)
+
+LM_FONT = 9
+"""Smallest font in the LM-study figures: readable at 100 %."""
+
+
+def _lm_colours(labels: Sequence[str]) -> dict[str, Any]:
+    cmap = colormaps["tab10" if len(labels) <= 10 else "tab20"]
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+
+
+def _lm_plain_axis(axis) -> None:
+    """Plain numbers (0.5, 1, 2) on a log axis instead of 5×10⁻¹."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
+def loss_vs_compute_plot(table: pd.DataFrame, fit: Any = None, *, loss: str = "final_val_loss") -> Figure:
+    """Every precision on one axis: per nominal budget, each seed's best loss over the shapes run, mean
+    ± sd over seeds (``analysis.lmstudy.loss_vs_compute``; labels in its row order, points dodged a
+    little in x so the bars do not hide each other), and where ``fit`` (a ``PrecisionLawFit``) has the
+    label, its compute-optimal L*(C) = min_N L(N, C/6N, P) as a line of the same colour. A hollow
+    marker: the point is not ``complete`` (a seed lacks a finished, stable run of some shape, so its
+    best is over fewer shapes). Legend outside the axes."""
+    from matplotlib.lines import Line2D
+
+    from analysis.lmstudy import compute_optimal
+
+    labels = list(dict.fromkeys(table["label"])) if not table.empty else []
+    colour = _lm_colours(labels)
+    fig = Figure(figsize=(8.2, 4.8), layout="constrained")
+    ax = fig.subplots()
+    budgets = np.sort(table["budget"].unique()) if labels else np.array([])
+    n = max(1, len(labels))
+    step = min(0.012, 0.09 / n)  # log10 offset between neighbours: the group spans < 0.09 decade
+    curves, hollow = 0, False
+    for i, label in enumerate(labels):
+        g = table[table["label"] == label].sort_values("budget")
+        off = 10 ** ((i - (n - 1) / 2) * step)
+        m = fit.multipliers.get(label) if fit is not None else None
+        text = f"{label} (m_P = {m:.3g})" if m is not None else label
+        ax.errorbar(
+            g["budget"] * off,
+            g["mean"],
+            yerr=g["sd"].fillna(0.0),
+            fmt="o",
+            ms=4.5,
+            capsize=2.5,
+            elinewidth=1.1,
+            color=colour[label],
+            label=text,
+            zorder=3,
+        )
+        if "complete" in g and not g["complete"].all():
+            part = g[~g["complete"].astype(bool)]
+            ax.scatter(
+                part["budget"] * off,
+                part["mean"],
+                s=22,
+                facecolor="white",
+                edgecolor=colour[label],
+                linewidth=1.2,
+                zorder=4,
+                gid="incomplete",
+            )
+            hollow = True
+        if m is not None and len(budgets):
+            C = np.geomspace(budgets.min() / 1.35, budgets.max() * 1.35, 80)
+            ax.plot(C, compute_optimal(fit, label, C), color=colour[label], lw=1.1, alpha=0.85, gid="law")
+            curves += 1
+    ax.set_xscale("log")
+    if len(budgets):
+        from matplotlib.ticker import NullLocator
+
+        ax.set_xticks(list(budgets), [sci(b) for b in budgets])
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("compute C (FLOPs, nominal budget)", fontsize=LM_FONT + 1)
+    ax.set_ylabel(f"{loss} (best shape per seed)", fontsize=LM_FONT + 1)
+    ax.tick_params(labelsize=LM_FONT)
+    ax.grid(alpha=0.3, which="both")
+    if not labels:
+        ax.text(0.5, 0.5, "no finished runs with a budget", ha="center", va="center", transform=ax.transAxes)
+    else:
+        handles, names = ax.get_legend_handles_labels()
+        key = [Line2D([], [], color="0.3", marker="o", ls="none", ms=4.5)]
+        key_names = ["mean ± sd over seeds"]
+        if hollow:
+            key.append(Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=4.5))
+            key_names.append("hollow: a seed or shape\nnot finished (stable) yet")
+        if curves:
+            key.append(Line2D([], [], color="0.3", lw=1.1))
+            key_names.append("law: L*(C) = min_N L(N, C/6N, P)")
+        fig.legend(
+            handles + key,
+            names + key_names,
+            loc="outside right upper",
+            fontsize=LM_FONT,
+            frameon=False,
+        )
+    ax.set_title(
+        "Loss vs compute: best shape per seed, mean ± sd over seeds"
+        + ("\nlines: the precision law's compute-optimal loss L*(C)" if curves else ""),
+        fontsize=LM_FONT + 1,
+    )
+    return fig
+
+
+def delta_heatmap(
+    deltas: pd.DataFrame,
+    *,
+    reference: str = "bf16",
+    reference_pair: tuple[str, str] = ("bf16", "bf16"),
+    loss: str = "final_val_loss",
+) -> Figure:
+    """Δ loss vs the reference as a W × A grid (rows: weight format, columns: activation format, both
+    in ``lmstudy.FORMAT_ORDER``): the mean over seeds, annotated "mean (* p < 0.05) / ± sd over seeds",
+    a diverging colour map centred at 0 (red: worse than the reference), grey where nothing ran.
+    ``deltas``: ``lmstudy.deltas_vs_reference``; forward-only labels are left out (the table lists them)
+    and of two labels with one (W, A) the first is shown. The reference's own cell reads "ref"."""
+    from matplotlib.colors import Normalize
+
+    from analysis.lmstudy import format_rank
+
+    d = deltas[~deltas["fwd_only"].astype(bool)].dropna(subset=["w", "a", "mean_over_seeds"])
+    d = d.drop_duplicates(["w", "a"])
+    ws = sorted({*d["w"].astype(str), reference_pair[0]}, key=format_rank)
+    as_ = sorted({*d["a"].astype(str), reference_pair[1]}, key=format_rank)
+    nr, nc = len(ws), len(as_)
+    mean = np.full((nr, nc), np.nan)
+    for r in d.itertuples(index=False):
+        mean[ws.index(str(r.w)), as_.index(str(r.a))] = r.mean_over_seeds
+    ref_ij = (ws.index(reference_pair[0]), as_.index(reference_pair[1]))
+    mean[ref_ij] = 0.0
+    vmax = float(np.nanmax(np.abs(mean))) if np.isfinite(mean).any() else 0.0
+    vmax = vmax if vmax > 0 else 1e-3
+    small = np.abs(d["mean_over_seeds"].to_numpy(float))
+    digits = 4 if (small < 0.01).any() else 3  # +0.0006 ± 0.0009, not +0.001 ± 0.001
+    fig = Figure(figsize=(max(6.4, 2.2 + 1.05 * nc), 1.7 + 0.62 * max(nr, 2)), layout="constrained")
+    ax = fig.subplots()
+    cmap = colormaps["RdBu_r"].with_extremes(bad="#e6e6e6")
+    im = ax.imshow(np.ma.masked_invalid(mean), cmap=cmap, norm=Normalize(-vmax, vmax), aspect="auto")
+    ax.set_xticks(range(nc), as_, rotation=30, ha="right", fontsize=LM_FONT)
+    ax.set_yticks(range(nr), ws, fontsize=LM_FONT)
+    ax.set_xlabel("activation format (A)", fontsize=LM_FONT + 1)
+    ax.set_ylabel("weight format (W)", fontsize=LM_FONT + 1)
+    ax.set_xticks(np.arange(nc + 1) - 0.5, minor=True)
+    ax.set_yticks(np.arange(nr + 1) - 0.5, minor=True)
+    ax.grid(which="minor", color="white", lw=1.5)
+    ax.tick_params(which="minor", length=0)
+    ax.text(*ref_ij[::-1], f"{reference}\n(ref)", ha="center", va="center", fontsize=LM_FONT)
+    for r in d.itertuples(index=False):
+        i, j = ws.index(str(r.w)), as_.index(str(r.a))
+        if (i, j) == ref_ij:
+            continue
+        sd = f"± {r.sd_over_seeds:.{digits}f}" if np.isfinite(r.sd_over_seeds) else "(1 seed)"
+        star = "*" if r.significant else ""
+        dark = abs(r.mean_over_seeds) > 0.6 * vmax
+        ax.text(
+            j,
+            i,
+            f"{r.mean_over_seeds:+.{digits}f}{star}\n{sd}",
+            ha="center",
+            va="center",
+            fontsize=LM_FONT,
+            color="white" if dark else "black",
+        )
+    fig.colorbar(im, ax=ax, label=f"Δ loss vs {reference}", shrink=0.9)
+    ax.set_title(
+        f"Δ {loss} vs {reference}, matched runs: mean ± sd over seeds\n"
+        "* p < 0.05 (paired t) · grey: not run · forward-only: see the table",
+        fontsize=LM_FONT + 1,
+    )
+    return fig
+
+
+def multiplier_plot(fit: Any) -> Figure:
+    """m_P of every precision with its bootstrap interval as a horizontal error bar, sorted (largest on
+    top); the reference (m = 1) as a dashed line. Log x when the values span more than 5×."""
+    t = fit.table().sort_values("m_P", kind="stable").reset_index(drop=True)
+    n = len(t)
+    fig = Figure(figsize=(7.0, 1.3 + 0.42 * max(n, 2)), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(n)
+    has_ci = t["ci_low"].notna() & (t["precision"] != fit.reference)
+    lo = (t["m_P"] - t["ci_low"]).where(has_ci, 0.0).clip(lower=0)
+    hi = (t["ci_high"] - t["m_P"]).where(has_ci, 0.0).clip(lower=0)
+    ax.errorbar(t["m_P"], y, xerr=[lo, hi], fmt="o", ms=5, capsize=3, color="tab:blue", zorder=3)
+    ref = (t["precision"] == fit.reference).to_numpy()
+    ax.scatter(t.loc[ref, "m_P"], y[ref], marker="D", s=36, color="black", zorder=4)
+    ax.axvline(1.0, color="0.4", lw=0.9, ls="--")
+    names = []
+    for r in t.itertuples(index=False):
+        if r.precision == fit.reference:
+            names.append(f"{r.precision}  (reference, 1)")
+        elif np.isfinite(r.ci_low):
+            names.append(f"{r.precision}  {r.m_P:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]")
+        else:
+            names.append(f"{r.precision}  {r.m_P:.3g}")
+    ax.set_yticks(y, names, fontsize=LM_FONT)
+    ax.set_ylim(-0.6, n - 0.4)
+    span = pd.concat([t["m_P"], t["ci_low"], t["ci_high"]]).dropna()
+    span = span[span > 0]
+    if len(span) and span.max() / span.min() > 5:
+        ax.set_xscale("log")
+        m = t["m_P"][t["m_P"] > 0]
+        # an unidentified format's interval can span 1e-4 … 1e4: keep the estimates readable, cut its bar
+        ax.set_xlim(max(span.min() / 1.2, m.min() / 20), min(span.max() * 1.2, m.max() * 20))
+        _lm_plain_axis(ax.xaxis)
+    ax.set_xlabel("effective-parameter multiplier m_P  (N·m_P bf16 parameters)", fontsize=LM_FONT + 1)
+    ax.tick_params(axis="x", labelsize=LM_FONT)
+    ax.grid(alpha=0.3, axis="x", which="both")
+    ci = (
+        f"{100 * fit.ci_level:.0f} % bootstrap intervals, {fit.n_boot} resamples"
+        if fit.n_boot
+        else "no bootstrap"
+    )
+    ax.set_title(f"Effective-parameter multiplier m_P ({fit.reference} = 1)\n{ci}", fontsize=LM_FONT + 1)
+    return fig

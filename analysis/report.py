@@ -84,6 +84,145 @@ class _Report:
         self.add(f"![{caption}]({os.path.relpath(path, self.out)})", "")
 
     # -- sections --------------------------------------------------------------------------------
+    # -- LM precision study (analysis.lmstudy): the law over all precisions, Δ vs bf16 -------------
+    def precision_law_section(self, df: pd.DataFrame) -> None:
+        """One law over every precision with its multipliers m_P (the report's first table: m_P [95 %
+        CI] and Δ loss vs bf16 at the largest budget), loss vs compute with the law's L*(C), and m_P
+        as a figure. Silent on a sweep without budgets; one sentence without bf16 or usable runs."""
+        from analysis import lmstudy, plots
+
+        self.fits["precision_law"] = {}
+        if not lmstudy.is_compute_sweep(df):
+            return
+        frame = lmstudy.label_column(df)
+        ref = lmstudy.reference_label(frame["label"])
+        self.add("## Precision law: L(N, D, P) = E + A/(N·m_P)^α + B/D^β", "")
+        if ref is None:
+            self.add("No bf16 runs: the precision law needs bf16 as its reference (m = 1).", "")
+            return
+        curve = lmstudy.loss_vs_compute(frame, self.loss)
+        if curve.empty:
+            self.add(f"No finished, stable runs with a `{self.loss}` yet: no law.", "")
+            return
+        fit, excluded, why = None, {}, ""
+        try:
+            fit, excluded = lmstudy.fit_law(
+                frame, self.loss, reference=ref, n_boot=self.bootstrap, seed=self.seed
+            )
+            if len(fit.multipliers) < 2:
+                fit, why = None, "only the reference has >= 2 (N, D) points"
+        except InsufficientData as e:
+            why = str(e).split(": ", 1)[-1]
+        except (ValueError, FloatingPointError, np.linalg.LinAlgError) as e:  # the report goes on
+            why = f"the fit failed: {type(e).__name__}: {e}"
+        table = lmstudy.law_table(frame, fit, self.loss, reference=ref)
+        if fit is None and not (table["n_runs"] > 0)[~table["reference"]].any():
+            self.add(f"Only {ref} runs have finished so far: no law and no Δ yet; its loss vs compute:", "")
+        elif fit is None:
+            self.add(f"Too few runs for the law ({why}); Δ vs {ref} and loss vs compute below.", "")
+        else:
+            ci = (
+                f"95 % intervals: {fit.n_boot} within-precision bootstrap resamples"
+                if fit.n_boot
+                else "no bootstrap"
+            )
+            self.add(
+                "Fitted jointly over every precision (Kumar et al. 2024, *Scaling Laws for Precision*): "
+                f"E, A, B, α, β shared; a run in format P trains like a {ref} run with N·m_P parameters "
+                f"(m_{ref} = 1; m_P < 1: parameters lost to the format). Huber on log {self.loss}, "
+                f"finished stable runs; {ci}.",
+                "",
+                f"E = {fit.E:.4g}, A = {fit.A:.4g}, B = {fit.B:.4g}, α = {fit.alpha:.3f}, "
+                f"β = {fit.beta:.3f}; R² (log L) = {fit.r2:.4f} over {fit.n_runs} runs.",
+                "",
+            )
+        partial = lmstudy.fewer_budgets(frame, fit.multipliers, ref, self.loss) if fit is not None else []
+        if partial:
+            self.add(
+                f"Still running: {', '.join(f'`{k}`' for k in partial)} "
+                f"{'has' if len(partial) == 1 else 'have'} runs at fewer budgets than {ref} so far; "
+                "m_P then rests on where the shared law is fitted mostly by the other formats — read the "
+                "matched Δ until they catch up.",
+                "",
+            )
+        if excluded:
+            self.add(
+                "Not in the law yet: " + "; ".join(f"`{k}` ({v})" for k, v in excluded.items()) + ".", ""
+            )
+        if len(table) > 1:
+            no_pairs = "" if (table["n_pairs"] > 0).any() else f" (No run matches a {ref} run yet.)"
+            self.add(
+                md_table(lmstudy.display_law_table(table, ref)),
+                "",
+                f"Δ: {self.loss} minus {ref}'s on matched runs (same budget, shape and seed; finished, "
+                "stable) at the largest budget both have; mean ± sd over seeds of each seed's mean Δ; "
+                "p: paired t-test over the matched runs (* p < 0.05). Runs: finished stable / all."
+                + no_pairs,
+                "",
+            )
+        self.figure(
+            plots.loss_vs_compute_plot(curve, fit, loss=self.loss),
+            "loss_vs_compute.png",
+            "loss vs compute: best shape per seed, mean ± sd over seeds; lines: the law's L*(C)",
+        )
+        if fit is not None:
+            self.figure(
+                plots.multiplier_plot(fit), "precision_multipliers.png", "effective-parameter multipliers"
+            )
+            self.fits["precision_law"] = lmstudy.fit_record(fit, excluded, table)
+        else:
+            self.fits["precision_law"] = {"error": why, "table": lmstudy.records(table)}
+
+    def delta_section(self, df: pd.DataFrame) -> None:
+        """Δ loss vs bf16 on matched runs over all budgets and at the largest (mean ± sd over seeds,
+        significance), which formats differ significantly, whether the hybrids track bf16, and the
+        W × A heatmap. Silent on a sweep with neither bf16 nor budgets; else one sentence when short."""
+        from analysis import lmstudy, plots
+
+        self.fits["deltas"] = {}
+        frame = lmstudy.label_column(df)
+        ref = lmstudy.reference_label(frame["label"])
+        if ref is None:
+            if lmstudy.is_compute_sweep(df):
+                self.add("## Δ loss vs bf16 (matched runs)", "", "No bf16 runs: no Δ vs bf16.", "")
+            return
+        self.add(f"## Δ loss vs {ref} (matched runs)", "")
+        every = lmstudy.deltas_vs_reference(frame, self.loss, ref)
+        if every.empty:
+            self.add(f"No finished, stable run matches a {ref} run yet (same budget, shape and seed).", "")
+            return
+        largest = lmstudy.deltas_vs_reference(frame, self.loss, ref, budget="largest")
+        self.add(
+            f"Δ = {self.loss}(P) − {self.loss}({ref}) between runs that differ only in precision (same "
+            "budget, shape and seed, so the same initialisation and data order); finished, stable runs. "
+            "Mean ± sd over seeds of each seed's mean Δ; Δ/L relative to the reference; p: paired t-test "
+            "over the matched runs (* p < 0.05).",
+            "",
+            md_table(lmstudy.display_deltas(every, largest)),
+            "",
+            *[s for line in lmstudy.verdict(every, ref) for s in (line, "")],
+        )
+        missing = sorted(set(frame["label"]) - set(every["label"]) - {ref})
+        if missing:
+            self.add("No matched runs yet: " + ", ".join(f"`{m}`" for m in missing) + ".", "")
+        if (~every["fwd_only"].astype(bool)).any():
+            pair = frame.loc[frame["label"] == ref, ["w", "a"]].iloc[0] if {"w", "a"} <= set(frame) else None
+            self.figure(
+                plots.delta_heatmap(
+                    every,
+                    reference=ref,
+                    reference_pair=(str(pair["w"]), str(pair["a"])) if pair is not None else ("bf16", "bf16"),
+                    loss=self.loss,
+                ),
+                "delta_vs_bf16.png",
+                "Δ loss vs bf16 by weight and activation format (all budgets)",
+            )
+        self.fits["deltas"] = {
+            "reference": ref,
+            "all_budgets": lmstudy.records(every),
+            "largest_budget": lmstudy.records(largest),
+        }
+
     def runs_section(self, df: pd.DataFrame) -> None:
         self.add("## Runs", "")
         counts = df["status"].value_counts()
@@ -299,8 +438,48 @@ class _Report:
         else:
             self.add("No clip fractions logged (no MX-quantized weights or activations in these runs).", "")
 
+    def proxy_section(self, df: pd.DataFrame, cur: pd.DataFrame) -> None:
+        """The instability study's proxy: verdicts against the fp32 twin, the mechanism before each
+        blow-up, the interventions, step time with and without the twin (``analysis.proxy``)."""
+        from analysis import plots, proxy
+
+        runs = proxy.proxy_runs(df)
+        if runs.empty or not (runs["reference"].notna().any() or runs["parent"].notna().any()):
+            return
+        self.add(
+            "## Proxy: MX against its fp32 twin",
+            "",
+            f"Blew up: diverged, or final val loss ≥ {proxy.BLOWUP:g}× the fp32 twin's (same init and "
+            "batches; a branch's reference is its parent's twin). Stable: not blown up and no "
+            "unrecovered spike.",
+            "",
+        )
+        table = proxy.outcomes(runs)
+        self.add(md_table(table), "")
+        self.fits["proxy_outcomes"] = json.loads(table.to_json(orient="records"))
+        mech = proxy.mechanism(runs, cur)
+        if not mech.empty:
+            self.add(
+                f"### Before each blow-up (median over the {proxy.WINDOW} steps before its onset)",
+                "",
+                md_table(mech.drop(columns=["run"])),
+                "",
+            )
+            self.fits["proxy_mechanism"] = json.loads(mech.to_json(orient="records"))
+        if not cur.empty:
+            self.figure(plots.proxy_mechanism(cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
+        branches = proxy.branch_outcomes(runs)
+        if not branches.empty:
+            self.add("### Interventions (branches)", "", md_table(branches), "")
+            self.fits["proxy_branches"] = json.loads(branches.to_json(orient="records"))
+            if not cur.empty:
+                self.figure(plots.proxy_branches(cur, runs), "proxy_branches.png", "parents and branches")
+        times = proxy.step_times(runs)
+        if not times.empty:
+            self.add("### Step time with and without the twin", "", md_table(times), "")
+
     # -- block-size study ------------------------------------------------------------------------
-    # BLOCK-SIZE SECTION HOOK. The study (analysis/blocksize.py, owned by its author) writes a run record
+    # BLOCK-SIZE SECTION HOOK. The study (analysis/blocksize/, owned by its author) writes a run record
     # whose summary.json has "kind": "block_size_study", "table" (the grid table's file name), "tables"
     # ({name: [file names]}), "figures" ([file names]) and headline numbers. If analysis.blocksize
     # defines ``report_section(run_dir, summary, out_dir) -> list[str]`` (Markdown lines, links
@@ -312,7 +491,7 @@ class _Report:
             return
         self.add("## Block-size study: is finer better?", "")
         if importlib.util.find_spec("analysis.blocksize") is None:
-            self.add("A block-size study record is here, but analysis/blocksize.py is not available.", "")
+            self.add("A block-size study record is here, but analysis.blocksize is not available.", "")
             return
         from analysis import blocksize
 
@@ -400,10 +579,13 @@ def write_report(
     else:
         if loss not in df:
             df[loss] = np.nan
+        r.precision_law_section(df)
+        r.delta_section(df)
         r.runs_section(df)
         r.fits_section(df)
         r.isoflop_section(df)
         r.instability_section(df, cur)
+        r.proxy_section(df, cur)
     r.blocksize_section()
     if skipped:
         r.add("## Skipped records", "", *[f"- {s}" for s in skipped], "")

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # The README's main job: set up (idempotent), then
-#   1. a small real precision_grid sweep on this machine (conf/experiment/precision_grid.yaml sliced to
-#      3 × 3 MX weight × activation pairs over {fp8_e4m3, fp8_e5m2, bf16} at its smallest budget, 1e11
-#      FLOPs, over its two shapes: 18 byte-level LMs on litmix, ~2-3 min on 2 cores). Re-running it
-#      launches nothing already finished and resumes anything interrupted.
-#   2. the sweep's status, then the analysis report (report.md, tables, fits, figures) if analysis/ has it.
+#   1. a small complete LM precision study on this machine: experiment=lm_precisions (conf/experiment/)
+#      sliced to four formats (bf16, MXFP8 E4M3, MXFP6 E2M3, MXFP4 E2M1; weights, activations and
+#      gradients) × its four budgets and three model sizes (9 runs each) × one seed: 36 byte-level LMs on
+#      litmix, trained two at a time on the bounded local pool (hydra/launcher=pool), ~3–4 min on 2
+#      cores. Re-running it launches nothing already finished and resumes anything interrupted.
+#   2. the sweep's status, then the analysis report: the precision-aware law (one effective-parameter
+#      multiplier per format, bootstrap intervals) first, Δ loss vs bf16, per-precision fits, figures.
 # Extra arguments go to the sweep, e.g. `bash scripts/main.sh sweep.dry_run=true`.
-# The whole study: .venv/bin/python launch.py -m experiment=precision_grid (150 runs, ~1.5 h).
+# The whole study (9 formats × 3 seeds, 243 runs, ~40 min): .venv/bin/python launch.py -m experiment=lm_precisions
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Tiny models on 2 cores: one thread per process, and the C quantizer (eager where it does not apply:
 # no compile time) are fastest.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MXSWEEP_QUANT_BACKEND="${MXSWEEP_QUANT_BACKEND:-native}"
-name=main_precision_grid
+name=main
 sweep_dir="outputs/sweeps/$name"
 start=$(date +%s)
-.venv/bin/python launch.py -m experiment=precision_grid sweep.name="$name" logger=disabled \
-  'sweep.w=[fp8_e4m3,fp8_e5m2,bf16]' 'sweep.a=[fp8_e4m3,fp8_e5m2,bf16]' 'budget.flops=[1e11]' "$@"
+formats='[{name:bf16,w:bf16,a:bf16},{name:mxfp8_e4m3,w:fp8_e4m3,a:fp8_e4m3},'
+formats+='{name:mxfp6_e2m3,w:fp6_e2m3,a:fp6_e2m3},{name:mxfp4_e2m1,w:fp4_e2m1,a:fp4_e2m1}]'
+.venv/bin/python launch.py -m experiment=lm_precisions sweep.name="$name" logger=disabled \
+  "sweep.precisions=$formats" 'sweep.seeds=[0]' "$@"
 echo "sweep took $(($(date +%s) - start)) s"
 [[ -d $sweep_dir ]] || exit 0 # a dry run writes nothing
 .venv/bin/python launch.py --status "$sweep_dir"

@@ -644,11 +644,8 @@ def test_report_end_to_end(tmp_path):
     ):
         assert heading in report, heading
     assert "broken/summary.json" in report
-    if Path(analysis.__file__).with_name("blocksize.py").exists():
-        section = report.split("## Block-size study")[1].split("\n## ")[0]
-        assert "0.0123" in section and "failed" not in section
-    else:
-        assert "## Block-size study" not in report
+    section = report.split("## Block-size study")[1].split("\n## ")[0]
+    assert "0.0123" in section and "failed" not in section
     figures = sorted(p.name for p in (sweep / "figures").glob("*.png"))
     expected = (
         "loss_curves grad_norm_curves clip_fractions isoflop frontier fit_vs_data fit_diverged "
@@ -678,5 +675,4 @@ def test_blocksize_is_a_lazy_submodule():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1]
     )
     assert out.returncode == 0, out.stderr
-    if Path(analysis.__file__).with_name("blocksize.py").exists():
-        assert hasattr(analysis.blocksize, "relative_mse")
+    assert hasattr(analysis.blocksize, "relative_mse")

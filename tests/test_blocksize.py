@@ -220,7 +220,7 @@ def minilm():
 
 
 def test_missing_weights_message(monkeypatch):
-    monkeypatch.setattr(bs.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(bs.weights.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(bs.WeightsUnavailable) as e:
         bs.load_minilm()
     msg = str(e.value)
@@ -228,7 +228,7 @@ def test_missing_weights_message(monkeypatch):
 
 
 def test_cli_fails_cleanly_without_weights(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(bs.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(bs.weights.importlib.util, "find_spec", lambda name: None)
     assert bs.main(["--out", str(tmp_path / "run"), "--quick"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "--no-deps" in err and "\n" not in err
@@ -238,7 +238,7 @@ def test_cli_fails_cleanly_without_weights(monkeypatch, tmp_path, capsys):
 def test_minilm_weights(minilm, monkeypatch):
     assert len(minilm) == 37 and all(w.dtype == torch.float32 and w.dim() == 2 for w in minilm.values())
     assert minilm["encoder.layer.0.output.dense.weight"].shape == (384, 1536)
-    monkeypatch.setattr(bs, "MINILM_SHA256", "0" * 64)
+    monkeypatch.setattr(bs.weights, "MINILM_SHA256", "0" * 64)
     with pytest.raises(bs.WeightsUnavailable, match="sha256"):
         bs.load_minilm()
 
@@ -362,7 +362,7 @@ def test_cli_quick_arguments(monkeypatch, tmp_path, capsys):
             "wall_time": 1,
         }
 
-    monkeypatch.setattr(bs, "run_study", fake)
+    monkeypatch.setattr(bs.study, "run_study", fake)
     assert bs.main(["--out", str(tmp_path), "--quick", "--no-weights"]) == 0
     assert seen["weights"] is False and seen["n_samples"] == bs.QUICK["n_samples"] and seen["threads"] == 1
     assert json.loads(capsys.readouterr().out)["status"] == "done"

@@ -84,7 +84,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_interventions": (2, 8),
     "proxy_mechanism": (16, 0),  # branches are planned from the parents' records (sweep.branch_at)
     "proxy_canonical": (2, 0),
-    "proxy_late_search": (3, 0),  # × 2 norm-LR multipliers (hydra.sweeper.params)
+    "proxy_late_search": (2, 0),  # × 2 norm-LR multipliers (hydra.sweeper.params)
 }
 
 

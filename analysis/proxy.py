@@ -1,0 +1,249 @@
+"""The instability study's proxy, read from run records: verdicts against the fp32 twin, the mechanism
+before each blow-up, and the outcome of every intervention branch. Pure functions of the frames of
+``analysis.collect`` (``collect`` and ``curves``); nothing here trains or imports training code.
+
+Vocabulary (the claims of docs/results.md are stated in these terms):
+
+* **reference** of a run: its fp32 twin's final val loss (``twin_final_val_loss``; same init, same
+  batches, trained alongside). A branch trains without a twin (``sweep.branch_twin=false``): its
+  reference is its parent's twin, which is the same fp32 trajectory.
+* **blew up**: the run diverged (non-finite loss) or ended at ≥ ``BLOWUP`` × its reference's loss.
+* **stable**: not blown up and no spike left unrecovered (``spike_step`` set and ``recovered`` false).
+  A twin is stable when it did not diverge and every spike it had recovered.
+* **onset** of a blow-up: the first logged step whose train loss exceeds ``ONSET`` × the lowest loss
+  logged before it (the spike detector's moving average lags the jump by up to its window); the
+  detector's ``spike_step`` or the divergence step when no logged loss jumps that far.
+* **mechanism before the onset**: the LayerNorm-γ clip fraction (``clip_ln/*``, computed with the
+  format γ is quantized in; mean and max over the LayerNorms) and the gradient cosine to the twin
+  (``twin_cos``), each as the median over the ``WINDOW`` logged steps before the onset, against the
+  cosine's median over the first ``WINDOW`` steps of the run. Where ``python -m train.probe`` has read
+  the run's checkpoints (``probe.jsonl``), also the same-weights cosine ``probe_cos`` = cos(g_mx, g_fp32)
+  at the run's own weights: at its first checkpoint, at the last checkpoint before the onset, and for
+  the same seed's run with γ unquantized at that same checkpoint (the control).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+BLOWUP = 2.0
+ONSET = 3.0
+WINDOW = 100
+
+
+def _get(row: pd.Series, key: str) -> Any:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return v
+
+
+def _col(df: pd.DataFrame, key: str, numeric: bool = True) -> pd.Series:
+    """Column ``key`` (numbers coerced), or all-missing when no record has it."""
+    if key not in df:
+        return pd.Series(np.nan if numeric else None, index=df.index, dtype=float if numeric else object)
+    return pd.to_numeric(df[key], errors="coerce") if numeric else df[key]
+
+
+def variant(label: str) -> str:
+    """A branch's name from its sweep label (``"mx_ln_e4m3→no_mx@200"`` → ``"no_mx"``); else the label."""
+    return label.split("→", 1)[1].rsplit("@", 1)[0] if "→" in label else label
+
+
+def proxy_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The proxy runs of a ``collect`` frame with the study's columns: ``label`` (the sweep's name of
+    the precision), ``variant``, ``seed``, ``parent`` (the parent's ``run`` for a branch, else None),
+    ``branch_step``, ``reference`` (fp32 val loss), ``ratio`` (final val loss / reference),
+    ``blew_up``, ``stable``, ``twin_stable``."""
+    if df.empty or "task" not in df or not df["task"].eq("proxy").any():
+        return pd.DataFrame()
+    runs = df[df["task"].eq("proxy")].copy()
+    names = {str(p).rstrip("/").rsplit("/", 1)[-1]: r for p, r in zip(runs["path"], runs["run"], strict=True)}
+    label = runs["sweep.precision"] if "sweep.precision" in runs else runs["precision"]
+    runs["label"] = label.fillna(runs["precision"]).astype(str)
+    runs["variant"] = runs["label"].map(variant)
+    runs["seed"] = _col(runs, "train.seed")
+    parent_dir = _col(runs, "train.branch_from", numeric=False)
+    runs["parent"] = [
+        names.get(str(p).rstrip("/").rsplit("/", 1)[-1]) if isinstance(p, str) and p else None
+        for p in parent_dir
+    ]
+    runs["branch_step"] = _col(runs, "train.branch_step")
+    own = _col(runs, "twin_final_val_loss")
+    by_run = dict(zip(runs["run"], own, strict=True))
+    inherited = runs["parent"].map(lambda p: by_run.get(p, np.nan) if p else np.nan)
+    runs["reference"] = own.fillna(inherited)
+    runs["ratio"] = runs["final_val_loss"] / runs["reference"]
+    diverged = runs["status"].eq("diverged")
+    runs["blew_up"] = diverged | (runs["ratio"] >= BLOWUP)
+    unrecovered = runs["spike_step"].notna() & runs["recovered"].eq(False).fillna(False).astype(bool)
+    runs["stable"] = ~(runs["blew_up"] | unrecovered) & runs["status"].isin(["done", "diverged"])
+    twin = _col(runs, "twin", numeric=False).eq(True)
+    twin_div = _col(runs, "twin_diverged_step").notna()
+    twin_spike = _col(runs, "twin_spike_step").notna()
+    twin_rec = _col(runs, "twin_recovered", numeric=False).eq(True)
+    runs["twin_stable"] = np.where(twin, ~twin_div & (~twin_spike | twin_rec), np.nan)
+    return runs.reset_index(drop=True)
+
+
+def onset(curve: pd.DataFrame, fallback: float | None) -> float | None:
+    """The onset step of a blow-up in one run's metrics rows (see the module docstring)."""
+    c = curve.dropna(subset=["loss"]).sort_values("step")
+    loss = c["loss"].to_numpy(dtype=float)
+    if loss.size > 1:
+        low = np.minimum.accumulate(np.where(np.isfinite(loss), loss, np.inf))
+        jump = np.flatnonzero(~np.isfinite(loss[1:]) | (loss[1:] > ONSET * low[:-1]))
+        if jump.size:
+            return float(c["step"].to_numpy()[jump[0] + 1])
+    return fallback
+
+
+def _clip_mean(rows: pd.DataFrame) -> pd.Series:
+    cols = [c for c in rows.columns if c.startswith("clip_ln/")]
+    return rows[cols].mean(axis=1) if cols else pd.Series(np.nan, index=rows.index)
+
+
+def probes(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of every run's ``probe.jsonl`` (``train.probe``), with the run's ``run`` column."""
+    from analysis.collect import read_metrics
+
+    rows = []
+    for run, path in zip(runs["run"], runs["path"], strict=True):
+        p = Path(path) / "probe.jsonl"
+        if p.exists():
+            rows.extend({"run": run, **r} for r in read_metrics(p))
+    return pd.DataFrame(rows)
+
+
+def _probe_at(probe: pd.DataFrame, run: str | None, before: float | None = None) -> tuple[float, float]:
+    """(step, probe_cos) of ``run``'s first checkpoint, or of its last one before ``before``."""
+    if run is None or probe.empty:
+        return math.nan, math.nan
+    p = probe[probe["run"] == run].sort_values("step")
+    if before is not None:
+        p = p[p["step"] < before]
+    if p.empty:
+        return math.nan, math.nan
+    r = p.iloc[-1] if before is not None else p.iloc[0]
+    return float(r["step"]), float(r["probe_cos"])
+
+
+def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
+    """One row per blown-up phase-1 run: its onset, the clip fraction and twin cosine before the onset
+    and the cosine early in the run (see the module docstring)."""
+    out = []
+    probe = probes(runs)
+    parents = runs[runs["parent"].isna()]
+    for _, r in runs[runs["blew_up"] & runs["parent"].isna()].iterrows():
+        c = cur[cur["run"] == r["run"]].sort_values("step")
+        fallback = _get(r, "spike_step") or _get(r, "diverged_step")
+        t = onset(c, fallback)
+        if t is None or c.empty:
+            continue
+        before = c[(c["step"] < t) & (c["step"] >= t - WINDOW)]
+        early = c[c["step"] <= WINDOW]
+        cos = c["twin_cos"] if "twin_cos" in c else pd.Series(dtype=float)
+        clip_cols = [k for k in c.columns if k.startswith("clip_ln/")]
+        row = {
+            "run": r["run"],
+            "label": r["label"],
+            "seed": r["seed"],
+            "onset": t,
+            "clip_before": float(_clip_mean(before).median()) if not before.empty else np.nan,
+            "clip_max_before": float(before[clip_cols].max(axis=1).median()) if clip_cols else np.nan,
+            "cos_early": float(cos[early.index].median()) if "twin_cos" in c else np.nan,
+            "cos_before": float(cos[before.index].median()) if "twin_cos" in c else np.nan,
+        }
+        if not probe.empty and (probe["run"] == r["run"]).any():
+            control = parents[(parents["seed"] == r["seed"]) & parents["norm_affine"].eq("none")]
+            _, row["probe_cos_early"] = _probe_at(probe, r["run"])
+            row["probe_step"], row["probe_cos_before"] = _probe_at(probe, r["run"], before=t)
+            ctrl = control["run"].iloc[0] if not control.empty else None
+            _, row["probe_cos_control"] = _probe_at(probe, ctrl, before=row["probe_step"] + 1)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per phase-1 variant (the precision of the parents): seeds, how many blew up (diverged or ≥ 2×
+    the twin), how many are stable, how many twins are stable, the spread of final loss / twin and
+    the onset-free spike steps."""
+    parents = runs[runs["parent"].isna()]
+    rows = []
+    for label, g in parents.groupby("label", sort=False):
+        twins = g["twin_stable"].dropna()
+        rows.append(
+            {
+                "variant": label,
+                "seeds": int(g["seed"].nunique()),
+                "blew up": int(g["blew_up"].sum()),
+                "stable": int(g["stable"].sum()),
+                "twin stable": f"{int(twins.astype(bool).sum())}/{len(twins)}" if len(twins) else "–",
+                "final / twin (median)": float(g["ratio"].median()),
+                "final / twin (range)": _range(g["ratio"]),
+                "spike steps": ", ".join(str(int(s)) for s in sorted(g["spike_step"].dropna())) or "–",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per intervention: branches, how many avoided the blow-up (stable: ended < 2× the parents' twin,
+    no divergence, no unrecovered spike), against the parents they came from (which blew up how often)."""
+    branches = runs[runs["parent"].notna()]
+    if branches.empty:
+        return pd.DataFrame()
+    blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
+    rows = []
+    for name, g in branches.groupby("variant", sort=False):
+        rows.append(
+            {
+                "intervention": name,
+                "branches": len(g),
+                "avoided blow-up": int(g["stable"].sum()),
+                "blew up": int(g["blew_up"].sum()),
+                "parents that blew up": int(sum(bool(blew.get(p)) for p in g["parent"])),
+                "final / twin (median)": float(g["ratio"].median()),
+                "branch steps": _range(g["branch_step"], fmt="{:.0f}"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def step_times(runs: pd.DataFrame) -> pd.DataFrame:
+    """Median step time per variant without and with the fp32 twin."""
+    cols = [c for c in ("median_step_time", "median_step_time_with_twin") if c in runs]
+    if not cols:
+        return pd.DataFrame()
+    t = runs[runs["parent"].isna()].groupby("label", sort=False)[cols].median().reset_index()
+    t = t.rename(columns={"label": "variant", "median_step_time": "step (s)"})
+    if "median_step_time_with_twin" in t:
+        t = t.rename(columns={"median_step_time_with_twin": "step with twin (s)"})
+        t["twin overhead"] = t["step with twin (s)"] / t["step (s)"]
+    return t
+
+
+def _range(s: pd.Series, fmt: str = "{:.3g}") -> str:
+    s = pd.to_numeric(s, errors="coerce").dropna()
+    if s.empty:
+        return "–"
+    return fmt.format(s.min()) if s.min() == s.max() else f"{fmt.format(s.min())}–{fmt.format(s.max())}"
+
+
+__all__ = [
+    "BLOWUP",
+    "ONSET",
+    "WINDOW",
+    "branch_outcomes",
+    "mechanism",
+    "onset",
+    "outcomes",
+    "proxy_runs",
+    "step_times",
+    "variant",
+]

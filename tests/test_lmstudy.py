@@ -1,0 +1,418 @@
+"""analysis/lmstudy.py: Δ loss vs bf16 on matched runs (means, seed sds, significance, matching,
+largest budget), the precision law's first table, loss against compute, the three figures, and the
+report's two sections on a small synthetic sweep directory (and their silence on a proxy sweep)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+from test_analysis import write_run
+
+from analysis import lmstudy, plots
+from analysis.fits import InsufficientData
+
+LAW = dict(E=1.8, A=20.0, B=40.0, alpha=0.35, beta=0.3)
+SHAPES = {(1, 16): 11344.0, (1, 32): 28832.0, (2, 48): 70000.0}
+LADDER = {  # budget → shapes run at it (the lm_precisions design)
+    3e10: [(1, 16), (1, 32)],
+    1e11: [(1, 16), (1, 32), (2, 48)],
+    2e11: [(1, 32), (2, 48)],
+    3e11: [(1, 32), (2, 48)],
+}
+# label → (w, a, fwd_only, multiplier m_P)
+FORMATS = {
+    "bf16": ("bf16", "bf16", False, 1.0),
+    "mxfp8_e4m3": ("fp8_e4m3", "fp8_e4m3", False, 0.9),
+    "mxfp4_e2m1": ("fp4_e2m1", "fp4_e2m1", False, 0.45),
+    "e4m3w-bf16a": ("fp8_e4m3", "bf16", False, 1.0),
+    "e4m3-fwd": ("fp8_e4m3", "fp8_e4m3", True, 0.97),
+}
+
+
+def law(N, D, m=1.0):
+    return LAW["E"] + LAW["A"] / (N * m) ** LAW["alpha"] + LAW["B"] / D ** LAW["beta"]
+
+
+def frame(
+    formats=FORMATS, seeds=(0, 1, 2), seed_sd=0.01, noise=0.002, rng_seed=0, offsets=None
+) -> pd.DataFrame:
+    """A runs frame as ``collect`` gives it: every format × budget × shape × seed, loss from the law with
+    the format's multiplier, plus a per-seed effect shared by every format (it cancels in matched Δ),
+    per-run noise and an optional additive offset per label."""
+    rng = np.random.default_rng(rng_seed)
+    seed_effect = {s: rng.normal(0, seed_sd) for s in seeds}
+    rows = []
+    for label, (w, a, fwd, m) in formats.items():
+        for C, shapes in LADDER.items():
+            for depth, d in shapes:
+                N = SHAPES[(depth, d)]
+                D = C / (6 * N)
+                for s in seeds:
+                    L = law(N, D, m) + seed_effect[s] + rng.normal(0, noise) + (offsets or {}).get(label, 0.0)
+                    rows.append(
+                        {
+                            "run": f"{label}_C{C:.0e}_d{d}L{depth}_s{s}",
+                            "precision": f"{w}/{a}" + (" fwd-only" if fwd else ""),
+                            "sweep.precision": label,
+                            "w": w,
+                            "a": a,
+                            "fwd_only": fwd,
+                            "pair": f"{w}/{a}",
+                            "train.seed": s,
+                            "model.depth": depth,
+                            "model.d_model": d,
+                            "N": N,
+                            "D": D,
+                            "C": 6 * N * D,
+                            "budget": C,
+                            "status": "done",
+                            "unstable": False,
+                            "final_val_loss": L,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def exact_frame() -> pd.DataFrame:
+    """bf16 and two formats on 2 budgets × 2 shapes × 3 seeds with known differences: "big" is bf16 +
+    0.05 + (−0.01, 0, +0.01) by seed, "same" is bf16 ± 0.001 alternating (mean 0)."""
+    rows = []
+    k = 0
+    for C in (1e11, 3e11):
+        for depth, d in ((1, 32), (2, 48)):
+            for s in (0, 1, 2):
+                base = 3.0 - 0.1 * math.log10(C) + 0.01 * d / 16 + 0.02 * s
+                for label, L in (
+                    ("bf16", base),
+                    ("big", base + 0.05 + 0.01 * (s - 1)),
+                    ("same", base + (0.001 if k % 2 else -0.001)),
+                ):
+                    rows.append(
+                        {
+                            "sweep.precision": label,
+                            "precision": label,
+                            "w": {"bf16": "bf16", "big": "fp4_e2m1", "same": "fp8_e4m3"}[label],
+                            "a": {"bf16": "bf16", "big": "fp4_e2m1", "same": "fp8_e4m3"}[label],
+                            "fwd_only": False,
+                            "train.seed": s,
+                            "model.depth": depth,
+                            "model.d_model": d,
+                            "N": SHAPES[(depth, d)],
+                            "budget": C,
+                            "status": "done",
+                            "unstable": False,
+                            "final_val_loss": L,
+                        }
+                    )
+                k += 1
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# labels
+
+
+def test_label_column_prefers_the_named_precision_and_finds_the_reference():
+    df = pd.DataFrame(
+        {
+            "precision": ["bf16/bf16 ln=bf16", "fp8_e4m3/bf16", "fp4_e2m1/fp4_e2m1"],
+            "sweep.precision": ["bf16", None, np.nan],
+        }
+    )
+    out = lmstudy.label_column(df)
+    assert list(out["label"]) == ["bf16", "fp8_e4m3/bf16", "fp4_e2m1/fp4_e2m1"] and "label" not in df
+    assert list(lmstudy.label_column(df.drop(columns="sweep.precision"))["label"]) == list(df["precision"])
+    assert lmstudy.reference_label(["mxfp4", "bf16", "bf16/bf16"]) == "bf16"
+    assert lmstudy.reference_label(["fp8_e4m3/bf16", "bf16/bf16"]) == "bf16/bf16"
+    assert lmstudy.reference_label(["bf16/bf16 ln=bf16", "fp8/fp8"]) == "bf16/bf16 ln=bf16"
+    assert lmstudy.reference_label(["fp8_e4m3/bf16", "mxfp4_e2m1"]) is None
+
+
+def test_labels_are_ordered_reference_then_formats_then_hybrids():
+    info = lmstudy.label_info(frame())
+    assert list(info.index) == ["bf16", "mxfp8_e4m3", "mxfp4_e2m1", "e4m3w-bf16a", "e4m3-fwd"]
+    assert list(info["hybrid"]) == [False, False, False, True, True]
+    assert lmstudy.format_rank("mxfp6_e2m3") < lmstudy.format_rank("fp6_e3m2") < lmstudy.format_rank("nvfp4")
+
+
+# ----------------------------------------------------------------------------------------------
+# deltas
+
+
+def test_deltas_recover_known_means_seed_sds_and_significance():
+    d = lmstudy.deltas_vs_reference(exact_frame()).set_index("label")
+    assert list(d.index) == ["same", "big"]  # fp8_e4m3 before fp4_e2m1
+    big, same = d.loc["big"], d.loc["same"]
+    assert big["n_pairs"] == 12 and big["seeds"] == 3
+    assert big["mean_delta"] == pytest.approx(0.05) and big["mean_over_seeds"] == pytest.approx(0.05)
+    assert big["sd_over_seeds"] == pytest.approx(0.01)  # per-seed means 0.04, 0.05, 0.06
+    assert big["sd_delta"] == pytest.approx(np.std([0.04, 0.05, 0.06] * 4, ddof=1))
+    assert big["significant"] and big["p_value"] < 1e-6
+    assert big["rel_delta"] > 0
+    assert same["mean_delta"] == pytest.approx(0.0, abs=1e-12) and not same["significant"]
+    assert same["p_value"] > 0.5
+
+
+def test_deltas_on_noisy_runs_separate_a_real_offset_from_none():
+    df = frame(offsets={"mxfp8_e4m3": 0.0}, formats={k: FORMATS[k] for k in ("bf16", "mxfp8_e4m3")})
+    df2 = frame(formats={"bf16": FORMATS["bf16"], "twin": ("bf16", "bf16", False, 1.0)}, rng_seed=3)
+    d = lmstudy.deltas_vs_reference(df).set_index("label").loc["mxfp8_e4m3"]
+    # m = 0.9 raises the parameter term by 0.9^-0.35 − 1 ≈ 3.8 %: a few 1e-2 at these sizes
+    assert d["significant"] and d["mean_delta"] > 0.01 and d["n_pairs"] == 27
+    twin = lmstudy.deltas_vs_reference(df2).set_index("label").loc["twin"]
+    assert not twin["significant"] and abs(twin["mean_delta"]) < 0.003
+    assert twin["sd_over_seeds"] < 0.003  # the shared seed effect (sd 0.01) cancels in matched pairs
+
+
+def test_unmatched_unfinished_and_unstable_runs_are_left_out():
+    df = exact_frame()
+    is_ref = df["sweep.precision"] == "bf16"
+    drop = is_ref & (df["train.seed"] == 2) & (df["budget"] == 3e11)  # big/same lose 2 pairs each
+    df = df[~drop].copy()
+    df.loc[(df["sweep.precision"] == "big") & (df["train.seed"] == 0), "status"] = "diverged"  # 4 runs
+    df.loc[(df["sweep.precision"] == "same") & (df["train.seed"] == 1), "unstable"] = True  # 4 runs
+    extra = df[df["sweep.precision"] == "big"].iloc[[0]].assign(**{"train.seed": 7})  # no bf16 seed 7
+    df = pd.concat([df, extra], ignore_index=True)
+    d = lmstudy.deltas_vs_reference(df).set_index("label")
+    assert d.loc["big", "n_pairs"] == 12 - 2 - 4 and d.loc["big", "seeds"] == 2
+    assert d.loc["same", "n_pairs"] == 12 - 2 - 4
+    assert d.loc["big", "mean_over_seeds"] == pytest.approx(0.055)  # seeds 1, 2: 0.05, 0.06
+    with pytest.raises(InsufficientData):
+        lmstudy.deltas_vs_reference(df[df["sweep.precision"] != "bf16"])
+
+
+def test_largest_budget_is_the_largest_matched_one_per_label():
+    df = exact_frame()
+    d = lmstudy.deltas_vs_reference(df, budget="largest").set_index("label")
+    assert (d["budget"] == 3e11).all() and (d["n_pairs"] == 6).all()
+    gone = (df["sweep.precision"] == "bf16") & (df["budget"] == 3e11) & (df["model.d_model"] == 48)
+    only_big = df[~gone | (df["sweep.precision"] != "bf16")]
+    d2 = lmstudy.deltas_vs_reference(only_big, budget="largest").set_index("label")
+    assert (d2["budget"] == 3e11).all() and (d2["n_pairs"] == 3).all()  # d32 still matched at 3e11
+    no_top = df[~((df["sweep.precision"] == "bf16") & (df["budget"] == 3e11))]
+    d3 = lmstudy.deltas_vs_reference(no_top, budget="largest").set_index("label")
+    assert (d3["budget"] == 1e11).all() and (d3["n_pairs"] == 6).all()
+    d4 = lmstudy.deltas_vs_reference(df, budget=1e11)
+    assert (d4["budget"] == 1e11).all() and (d4["n_pairs"] == 6).all()
+    assert lmstudy.deltas_vs_reference(df)["budget"].isna().all()
+
+
+# ----------------------------------------------------------------------------------------------
+# law table, loss vs compute
+
+
+@pytest.fixture(scope="module")
+def law_fit():
+    df = frame(noise=0.001, seed_sd=0.002)
+    fit, excluded = lmstudy.fit_law(df, n_boot=20, seed=0)
+    return df, fit, excluded
+
+
+def test_fit_law_recovers_multipliers_and_law_table(law_fit):
+    df, fit, excluded = law_fit
+    assert excluded == {} and fit.reference == "bf16"
+    assert fit.multipliers["mxfp4_e2m1"] == pytest.approx(0.45, rel=0.25)
+    assert fit.multipliers["mxfp4_e2m1"] < fit.multipliers["mxfp8_e4m3"] < 1.05
+    t = lmstudy.law_table(df, fit)
+    assert list(t.columns) == [
+        "label",
+        "reference",
+        "hybrid",
+        "m_P",
+        "ci_low",
+        "ci_high",
+        "budget",
+        "delta",
+        "delta_sd",
+        "seeds",
+        "n_pairs",
+        "p_value",
+        "significant",
+        "n_runs",
+        "n_total",
+    ]
+    assert list(t["label"]) == ["bf16", "mxfp8_e4m3", "mxfp4_e2m1", "e4m3w-bf16a", "e4m3-fwd"]
+    ref = t.iloc[0]
+    assert ref["reference"] and ref["m_P"] == 1.0 and ref["n_pairs"] == 0 and np.isnan(ref["delta"])
+    fp4 = t.set_index("label").loc["mxfp4_e2m1"]
+    assert fp4["budget"] == 3e11 and fp4["seeds"] == 3 and fp4["n_pairs"] == 6 and fp4["significant"]
+    assert fp4["ci_low"] <= fp4["m_P"] <= fp4["ci_high"] and fp4["n_runs"] == fp4["n_total"] == 27
+    shown = lmstudy.display_law_table(t)
+    assert list(shown.columns)[:2] == ["format", "m_P [95% CI]"]
+    assert "Δ loss vs bf16 at C = 3e11 (mean ± sd over seeds)" in shown.columns
+    assert shown.iloc[0]["m_P [95% CI]"] == "1 (reference)"
+    no_fit = lmstudy.law_table(df, None)
+    assert no_fit["m_P"].isna().all() and no_fit["delta"].notna().sum() == 4
+
+
+def test_fit_law_leaves_out_labels_with_one_point():
+    df = frame(noise=0.001, seed_sd=0.002)
+    lone = df[df["sweep.precision"] == "mxfp4_e2m1"].iloc[:3]  # 3 seeds of one (N, D)
+    df = pd.concat([df[df["sweep.precision"] != "mxfp4_e2m1"], lone])
+    fit, excluded = lmstudy.fit_law(df, n_boot=0)
+    assert list(excluded) == ["mxfp4_e2m1"] and "mxfp4_e2m1" not in fit.multipliers
+    assert lmstudy.fewer_budgets(df, ["bf16", "mxfp8_e4m3", "mxfp4_e2m1"], "bf16") == ["mxfp4_e2m1"]
+
+
+def test_loss_vs_compute_takes_the_best_shape_per_seed():
+    df = exact_frame()
+    t = lmstudy.loss_vs_compute(df)
+    assert len(t) == 6 and list(t["label"].unique()) == ["bf16", "same", "big"]
+    r = t[(t["label"] == "big") & (t["budget"] == 1e11)].iloc[0]
+    # best shape is d32 (smaller base); per seed: base + 0.05 + 0.01(s−1), base rises 0.02 per seed
+    base = 3.0 - 1.1 + 0.02
+    assert r["mean"] == pytest.approx(base + 0.02 + 0.05) and r["n_seeds"] == 3 and r["n_shapes"] == 2
+    assert r["sd"] == pytest.approx(0.03) and r["N_best"] == SHAPES[(1, 32)]
+    assert t["complete"].all()
+    gone = (df["sweep.precision"] == "big") & (df["train.seed"] == 1) & (df["model.d_model"] == 32)
+    t2 = lmstudy.loss_vs_compute(df.assign(status=np.where(gone, "diverged", "done")))
+    assert list(t2.loc[~t2["complete"], "label"]) == ["big", "big"]  # one seed's best is over d48 only
+    assert lmstudy.loss_vs_compute(df.assign(budget=np.nan)).empty
+
+
+# ----------------------------------------------------------------------------------------------
+# figures
+
+
+def assert_readable(fig: Figure) -> None:
+    """Rendered: every visible text lies inside the figure (no clipped title or label), no font is
+    under 9 pt, and a figure legend overlaps no axes (it covers nothing)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    drawn = fig.get_tightbbox(renderer)  # inches: every drawn artist, titles and labels included
+    w, h = fig.get_size_inches()
+    assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= w + 0.01 and drawn.y1 <= h + 0.01, drawn
+    for t in fig.findobj(Text):
+        if t.get_visible() and t.get_text().strip():
+            assert t.get_fontsize() >= 9, t
+    for legend in fig.legends:
+        for ax in fig.axes:
+            assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_loss_vs_compute_plot_draws_every_precision_and_its_law(law_fit):
+    df, fit, _ = law_fit
+    table = lmstudy.loss_vs_compute(df)
+    fig = plots.loss_vs_compute_plot(table, fit)
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert len(ax.containers) == 5  # one error-bar series per precision, one axis
+    laws = [ln for ln in ax.lines if ln.get_gid() == "law"]
+    assert len(laws) == 5
+    # the law's compute-optimal loss lies at or below every best-of-shapes point (up to noise)
+    for ln, label in zip(laws, ["bf16", "mxfp8_e4m3", "mxfp4_e2m1", "e4m3w-bf16a", "e4m3-fwd"], strict=True):
+        pts = table[table["label"] == label]
+        curve = np.interp(np.log(pts["budget"]), np.log(ln.get_xdata()), ln.get_ydata())
+        assert (curve <= pts["mean"].to_numpy() + 0.01).all(), label
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 5 + 2
+    assert len(plots.loss_vs_compute_plot(table).axes[0].lines) == sum(
+        1 for ln in ax.lines if ln.get_gid() != "law"
+    )
+    assert_readable(fig)
+
+
+def test_delta_heatmap_annotates_every_cell_run():
+    d = lmstudy.deltas_vs_reference(frame())
+    fig = plots.delta_heatmap(d)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    # mxfp8_e4m3, mxfp4_e2m1, e4m3w-bf16a + the reference cell; e4m3-fwd (forward-only) is left out
+    assert len(texts) == 4 and sum("(ref)" in t for t in texts) == 1 and all("\n" in t for t in texts)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["bf16", "fp8_e4m3", "fp4_e2m1"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["bf16", "fp8_e4m3", "fp4_e2m1"]
+    lo, hi = ax.images[0].norm.vmin, ax.images[0].norm.vmax
+    assert lo == -hi and len(fig.axes) == 2  # centred at 0, with a colour bar
+    fp4 = next(t for t in texts if t.startswith("+") and float(t.split("\n")[0].rstrip("*")) > 0.05)
+    assert fp4.split("\n")[0].endswith("*") and fp4.split("\n")[1].startswith("± ")
+    assert_readable(fig)
+    assert_readable(plots.delta_heatmap(d[d["label"] == "mxfp8_e4m3"]))  # 2 × 2: the title still fits
+
+
+def test_multiplier_plot_sorts_formats(law_fit):
+    _, fit, _ = law_fit
+    fig = plots.multiplier_plot(fit)
+    labels = [t.get_text().split()[0] for t in fig.axes[0].get_yticklabels()]
+    m = [fit.multipliers[k] for k in labels]
+    assert sorted(labels) == sorted(fit.multipliers) and m == sorted(m)
+    assert_readable(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+
+
+def make_lm_sweep(root: Path, formats=("bf16", "mxfp4_e2m1", "e4m3w-bf16a"), seeds=(0, 1)) -> int:
+    """A small sweep directory as the sweeper writes it: run records (tests/test_analysis.write_run)
+    named like lm_precisions' and a manifest.json giving each its named precision, budget and seed.
+    Losses from the law plus a seed effect; the hybrid (m = 1) differs from bf16 by ±0.0005 by seed."""
+    runs = []
+    for label in formats:
+        w, a, fwd, m = FORMATS[label]
+        for C, shapes in LADDER.items():
+            for shape in shapes:
+                N = SHAPES[shape]
+                for s in seeds:
+                    name = f"{label}_C{C:.0e}_d{shape[1]}L{shape[0]}_s{s}"
+                    wobble = 0.0005 * (-1) ** s if label == "e4m3w-bf16a" else 0.0  # mean Δ exactly 0
+                    L = float(law(N, C / (6 * N), m) + 0.01 * s + wobble)
+                    write_run(
+                        root / name, N=N, D=C / (6 * N), loss=L, w=w, a=a, fwd_only=fwd, seed=s, n_metrics=3
+                    )
+                    runs.append({"name": name, "coords": {"precision": label, "C": C, "seed": s}})
+    (root / "manifest.json").write_text(json.dumps({"name": "lm", "runs": runs}))
+    return len(runs)
+
+
+def test_report_leads_with_the_precision_law_and_delta_sections(tmp_path):
+    from analysis.report import write_report
+
+    sweep = tmp_path / "lm"
+    n = make_lm_sweep(sweep)
+    path = write_report(sweep, tmp_path / "out", bootstrap=10, log=lambda *_: None)
+    text = path.read_text()
+    heads = [line for line in text.splitlines() if line.startswith("## ")]
+    assert heads[0].startswith("## Precision law") and heads[1].startswith("## Δ loss vs bf16")
+    assert heads[2] == "## Runs"
+    first_table = text.split("## Precision law")[1].split("\n## ")[0]
+    assert "| format | m_P [95% CI] |" in first_table and "mxfp4_e2m1" in first_table
+    delta = text.split("## Δ loss vs bf16")[1].split("\n## ")[0]
+    assert "Significantly worse than bf16" in delta and "mxfp4_e2m1 (+" in delta
+    assert "e4m3w-bf16a is within noise of bf16" in delta
+    fj = json.loads((tmp_path / "out" / "fits.json").read_text())
+    law_ = fj["precision_law"]
+    assert law_["reference"] == "bf16" and law_["multipliers"]["mxfp4_e2m1"] < 0.8 and law_["n_runs"] == n
+    assert {r["label"] for r in fj["deltas"]["all_budgets"]} == {"mxfp4_e2m1", "e4m3w-bf16a"}
+    assert all(r["budget"] == 3e11 for r in fj["deltas"]["largest_budget"])
+    for name in ("loss_vs_compute.png", "precision_multipliers.png", "delta_vs_bf16.png"):
+        assert (tmp_path / "out" / "figures" / name).stat().st_size > 10_000, name
+        assert f"figures/{name}" in text
+
+
+def test_sections_are_silent_without_budgets_and_brief_without_bf16(tmp_path):
+    from analysis.report import _Report
+
+    r = _Report(tmp_path, tmp_path, "final_val_loss", 0, 0, lambda *_: None)
+    proxy = exact_frame()
+    proxy = proxy[proxy["sweep.precision"] != "bf16"]
+    for budget in (np.nan, 6.45e12):  # none, or one grouped from C (a proxy recipe at one length)
+        r.precision_law_section(proxy.assign(budget=budget))
+        r.delta_section(proxy.assign(budget=budget))
+    assert r.lines == []
+    assert lmstudy.is_compute_sweep(proxy) and lmstudy.is_compute_sweep(proxy.assign(**{"sweep.C": 1e11}))
+    assert not lmstudy.is_compute_sweep(proxy.assign(budget=6.45e12, **{"sweep.C": None}))
+    no_ref = frame(formats={k: FORMATS[k] for k in ("mxfp8_e4m3", "mxfp4_e2m1")})
+    r.precision_law_section(no_ref)
+    r.delta_section(no_ref)
+    prose = [line for line in r.lines if line and not line.startswith("#")]
+    assert len(prose) == 2 and all("bf16" in line for line in prose)
+    assert r.fits["precision_law"] == {} and r.fits["deltas"] == {}

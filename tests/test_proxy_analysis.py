@@ -1,0 +1,131 @@
+"""analysis.proxy's verdicts on synthetic run frames, and docs/results.md generated end to end from real
+(tiny) records of the presets that feed it."""
+
+from __future__ import annotations
+
+import math
+
+import launching
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import proxy
+
+
+def _run(run, label, seed, *, final, twin=None, status="done", spike=None, recovered=None, parent=None, **kw):
+    return {
+        "run": run,
+        "path": f"/sweeps/x/{run}",
+        "task": "proxy",
+        "sweep.precision": label,
+        "precision": "fp8_e4m3/fp8_e4m3",
+        "norm_affine": kw.pop("norm_affine", "fp8_e4m3"),
+        "train.seed": seed,
+        "train.branch_from": None if parent is None else f"/elsewhere/{parent}",
+        "train.branch_step": kw.pop("branch_step", None),
+        "status": status,
+        "final_val_loss": final,
+        "spike_step": spike,
+        "recovered": recovered,
+        "twin": twin is not None,
+        "twin_final_val_loss": twin,
+        "twin_diverged_step": kw.pop("twin_diverged", None),
+        "twin_spike_step": None,
+        "twin_recovered": None,
+        **kw,
+    }
+
+
+@pytest.fixture
+def runs() -> pd.DataFrame:
+    rows = [
+        _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03, spike=300, recovered=False),  # 3× its twin
+        _run("ln_s1", "mx_ln", 1, final=math.nan, twin=0.03, status="diverged", spike=None),
+        _run("ln_s2", "mx_ln", 2, final=0.04, twin=0.03, twin_diverged=900),  # fine, but its twin diverged
+        _run("none_s0", "mx_none", 0, final=0.031, twin=0.03, norm_affine="none", spike=500, recovered=True),
+        _run("b_s0", "mx_ln→no_mx@200", 0, final=0.032, parent="ln_s0", branch_step=200),
+        _run("b2_s0", "mx_ln→bf16_acts@200", 0, final=0.07, parent="ln_s0", branch_step=200),
+    ]
+    return proxy.proxy_runs(pd.DataFrame(rows))
+
+
+def test_verdicts_against_the_twin(runs):
+    r = runs.set_index("run")
+    assert r.loc["ln_s0", "ratio"] == pytest.approx(3.0)
+    assert r.loc["ln_s0", "blew_up"] and r.loc["ln_s1", "blew_up"] and not r.loc["ln_s2", "blew_up"]
+    assert r.loc["ln_s2", "stable"] and not r.loc["ln_s0", "stable"]
+    assert r.loc["none_s0", "stable"]  # a spike that recovered is stable
+    assert r.loc["ln_s0", "twin_stable"] == 1 and r.loc["ln_s2", "twin_stable"] == 0
+    # a branch has no twin of its own: its reference is its parent's twin
+    assert r.loc["b_s0", "parent"] == "ln_s0" and r.loc["b_s0", "reference"] == pytest.approx(0.03)
+    assert r.loc["b_s0", "variant"] == "no_mx" and r.loc["b_s0", "stable"]
+    assert r.loc["b2_s0", "blew_up"] and np.isnan(r.loc["b_s0", "twin_stable"])
+
+
+def test_outcome_tables(runs):
+    t = proxy.outcomes(runs).set_index("variant")
+    assert t.loc["mx_ln", "seeds"] == 3 and t.loc["mx_ln", "blew up"] == 2 and t.loc["mx_ln", "stable"] == 1
+    assert t.loc["mx_ln", "twin stable"] == "2/3" and t.loc["mx_none", "stable"] == 1
+    b = proxy.branch_outcomes(runs).set_index("intervention")
+    assert b.loc["no_mx", "avoided blow-up"] == 1 and b.loc["bf16_acts", "blew up"] == 1
+    assert b.loc["no_mx", "parents that blew up"] == 1
+
+
+def test_onset_and_the_mechanism_window():
+    steps = np.arange(10, 1001, 10)
+    loss = np.where(steps < 600, 0.05 - steps * 1e-5, 1.0)  # jumps at 600
+    clip = np.where(steps < 600, 0.9, 0.1)
+    cos = np.where(steps <= 100, 0.9, 0.5)
+    cur = pd.DataFrame({"run": "ln_s0", "step": steps, "loss": loss, "clip_ln/a": clip, "twin_cos": cos})
+    assert proxy.onset(cur, fallback=700) == 600
+    flat = cur.assign(loss=0.05)
+    assert proxy.onset(flat, fallback=700) == 700
+    runs = proxy.proxy_runs(pd.DataFrame([_run("ln_s0", "mx_ln", 0, final=1.0, twin=0.03, spike=650)]))
+    m = proxy.mechanism(runs, cur).iloc[0]
+    assert m["onset"] == 600 and m["clip_before"] == pytest.approx(0.9)
+    assert m["cos_early"] == pytest.approx(0.9) and m["cos_before"] == pytest.approx(0.5)
+
+
+def test_results_document_from_real_records(tmp_path):
+    """The presets' tiny runs → records → docs/results.md: every claim has a verdict that follows its
+    rule from the records, a command, and the figures exist."""
+    from analysis.collect import collect
+    from analysis.results import summary, write_results
+
+    root = tmp_path / "outputs"
+    tiny = [
+        "train.batch_size=8",
+        "train.eval_every=4",
+        "train.eval_batches=1",
+        "model.width=16",
+        "logger=disabled",
+    ]
+    r = launching.launch(
+        "-m", "experiment=proxy_mechanism", f"hydra.sweep.dir={root / 'sweeps' / 'proxy_mechanism'}",
+        "sweep.progress=false", "sweep.seeds=[0,1]", "train.steps=8", "train.ckpt_every=2",
+        "train.spike_window=2", "train.spike_threshold=1e-9", *tiny,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = launching.launch(
+        "experiment=block_size_study", f"out_dir={root / 'studies' / 'block_size_study'}",
+        "study.weights=false", "study.sigmas=[0.005,0.01,0.05]", "study.block_sizes=[8,16]",
+        "study.n_samples=4096", "logger=disabled",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = write_results(root, tmp_path / "docs" / "results.md")
+    verdicts = summary(out)
+    text = out.read_text()
+    assert len(verdicts) == 10 and set(verdicts.values()) <= {
+        "reproduced", "partially reproduced", "not reproduced", "not run here", "measured"
+    }  # fmt: skip
+    runs = proxy.proxy_runs(collect(root / "sweeps" / "proxy_mechanism"))
+    ln = runs[runs["parent"].isna() & runs["norm_affine"].ne("none")]
+    assert f"**{int(ln['blew_up'].sum())} of {len(ln)} seeds blew up**" in text
+    lm = [v for t, v in verdicts.items() if t.startswith(("1.5", "1.6", "3.1"))]
+    assert lm == ["not run here"] * 3  # no LM sweep in this root
+    assert "python launch.py -m experiment=proxy_mechanism" in text
+    for name in ("proxy_mechanism.png", "blocksize_sigma.png"):
+        assert (tmp_path / "docs" / "figures" / name).stat().st_size > 10_000
+    if runs["parent"].notna().any():
+        assert (tmp_path / "docs" / "figures" / "proxy_branches.png").exists()
