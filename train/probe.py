@@ -99,10 +99,13 @@ def probe_run(run_dir: str | Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.probe", description=__doc__.split("\n\n")[0])
     p.add_argument("path", type=Path, help="a run directory, or a sweep directory (every proxy run in it)")
+    p.add_argument("--branches", action="store_true", help="in a sweep, probe branched runs too")
     a = p.parse_args(argv)
     single = (a.path / "config.yaml").exists()
     runs = [a.path] if single else sorted(d.parent for d in a.path.glob("*/config.yaml"))
     runs = [d for d in runs if checkpoint.available(d)]
+    if not single and not a.branches:  # the parents: where the mechanism is read (branches: --branches)
+        runs = [d for d in runs if not run_config(d).train.branch_from]
     if not runs:
         print(f"error: no run with checkpoints under {a.path}", file=sys.stderr)
         return 2
