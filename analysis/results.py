@@ -323,9 +323,28 @@ def _search_rows(sources: list[Source]) -> list[dict[str, Any]]:
                     "onset steps": ", ".join(f"{t:.0f}" for t in sorted(onsets)) or "–",
                     "fp32 twin stable": f"{int(twins.sum())}/{len(twins)}" if len(twins) else "–",
                     "final / twin (median)": float(g["ratio"].median()),
+                    "γ clamped (run median)": _clamped(src.cur, g["run"]),
                 }
             )
     return rows
+
+
+def _clamped(cur: pd.DataFrame, runs: pd.Series) -> float:
+    """Median over the given runs of each run's median LN-γ clip fraction (max over the LayerNorms)
+    across its logged steps up to its blow-up: how long γ sat in the clamp zone."""
+    if cur.empty:
+        return math.nan
+    cols = [c for c in cur.columns if c.startswith("clip_ln/")]
+    if not cols:
+        return math.nan
+    per_run = []
+    for run in runs:
+        c = cur[cur["run"] == run].sort_values("step")
+        t = proxy.onset(c, None)
+        c = c[c["step"] < t] if t is not None else c
+        if not c.empty:
+            per_run.append(float(c[cols].max(axis=1).median()))
+    return float(np.median(per_run)) if per_run else math.nan
 
 
 def search_log(doc: _Doc, sources: list[Source]) -> None:
@@ -336,7 +355,9 @@ def search_log(doc: _Doc, sources: list[Source]) -> None:
         return
     doc.add(
         "One row per configuration (phase-1 runs only; branches are in 1.3). Onset: first logged step "
-        f"whose loss exceeds {proxy.ONSET:g}× the lowest before it; late: after half the steps. Earlier "
+        f"whose loss exceeds {proxy.ONSET:g}× the lowest before it; late: after half the steps. γ clamped: "
+        "the median, over the logged steps before any onset, of the largest LN-γ clip fraction, as a "
+        "median over the seeds (1 = some LayerNorm's γ entirely at 0.875 all along). Earlier "
         "exploration on older code (11 configurations, before the twin was a full citizen) is in "
         "`shared/notes/proxy-search-so-far.md`; its settings are the starting point of these sweeps.",
         "",

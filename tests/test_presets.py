@@ -84,7 +84,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_interventions": (2, 8),
     "proxy_mechanism": (16, 0),  # branches are planned from the parents' records (sweep.branch_at)
     "proxy_canonical": (2, 0),
-    "proxy_late_search": (2, 0),  # × 2 norm-LR multipliers (hydra.sweeper.params)
+    "proxy_late_search": (2, 0),  # × the norm-LR multipliers of hydra.sweeper.params
 }
 
 
@@ -132,7 +132,7 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
         "hybrid_fixes": 5,
         "paper_llm": 25,
         "proxy_lr_sweep": 48,
-        "proxy_late_search": 2,  # one seed × 2 norm-LR multipliers
+        "proxy_late_search": 1,  # one seed × one norm-LR multiplier
         "lm_precisions": 9,
     }.get(name)
     assert len(records) == (expected or first + second)
