@@ -169,6 +169,23 @@ def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def cosine_by_seed(runs: pd.DataFrame, cur: pd.DataFrame, start: int = WINDOW) -> pd.DataFrame:
+    """Per seed and phase-1 variant: the median twin cosine from step ``start`` to the run's onset (or
+    its end), one column per variant. Seeds share init and batches across variants, so the columns
+    compare the same trajectories' starting points with and without γ quantized."""
+    rows = []
+    for _, r in runs[runs["parent"].isna()].iterrows():
+        c = cur[cur["run"] == r["run"]].sort_values("step")
+        if c.empty or "twin_cos" not in c:
+            continue
+        t = onset(c, None) if r["blew_up"] else None
+        c = c[(c["step"] >= start) & (c["step"] < (t if t is not None else math.inf))]
+        rows.append({"seed": r["seed"], "variant": r["label"], "cos": float(c["twin_cos"].median())})
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).pivot_table(index="seed", columns="variant", values="cos").reset_index()
+
+
 def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     """Per phase-1 variant (the precision of the parents): seeds, how many blew up (diverged or ≥ 2×
     the twin), how many are stable, how many twins are stable, the spread of final loss / twin and
@@ -240,6 +257,7 @@ __all__ = [
     "ONSET",
     "WINDOW",
     "branch_outcomes",
+    "cosine_by_seed",
     "mechanism",
     "onset",
     "outcomes",

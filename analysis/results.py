@@ -158,6 +158,16 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             md_table(proxy.outcomes(runs)),
             "",
         )
+        if not none.empty:
+            from scipy.stats import fisher_exact
+
+            kn = int(none["blew_up"].sum())
+            p = fisher_exact([[k, n - k], [kn, len(none) - kn]], alternative="greater").pvalue
+            doc.add(
+                f"Blow-up rate with γ in E4M3 {k}/{n} against {kn}/{len(none)} with γ unquantized "
+                f"(same seeds, inits and batches): one-sided Fisher exact p = {p:.2g}.",
+                "",
+            )
         times = proxy.step_times(runs)
         if not times.empty:
             doc.add(
@@ -208,6 +218,19 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             md_table(m.drop(columns=["run"])),
             "",
         )
+        by_seed = proxy.cosine_by_seed(runs, mech.cur)
+        variants = [c for c in by_seed.columns if c != "seed"]
+        if len(variants) == 2:
+            a, b = variants
+            lower = int((by_seed[a] < by_seed[b]).sum())
+            doc.add(
+                f"Twin cosine by seed, median from step {proxy.WINDOW} to the onset (or the end): `{a}` "
+                f"{by_seed[a].median():.2f} against `{b}` {by_seed[b].median():.2f}; lower for `{a}` in "
+                f"{lower} of {len(by_seed)} seeds.",
+                "",
+                md_table(by_seed),
+                "",
+            )
 
     # 1.3 -------------------------------------------------------------------------------------------
     rule = (
