@@ -103,7 +103,7 @@ def test_results_document_from_real_records(tmp_path):
     ]
     r = launching.launch(
         "-m", "experiment=proxy_mechanism", f"hydra.sweep.dir={root / 'sweeps' / 'proxy_mechanism'}",
-        "sweep.progress=false", "sweep.seeds=[0,1]", "train.steps=8", "train.ckpt_every=2",
+        "sweep.progress=false", "sweep.seeds=[0]", "train.steps=8", "train.ckpt_every=2",
         "train.spike_window=2", "train.spike_threshold=1e-9", *tiny,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
