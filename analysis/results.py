@@ -45,7 +45,8 @@ class Source:
 
     @property
     def ran(self) -> bool:
-        return not self.df.empty
+        """Records exist: training runs, or a study's single record."""
+        return not self.df.empty or (self.path / "summary.json").exists()
 
     def wall(self) -> str:
         """First run start (config.yaml written) to last run end (summary.json written)."""
@@ -258,6 +259,15 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
         verdict = REPRODUCED if paper and len(good) == len(paper) else PARTIAL if good else NOT
         doc.claim(title, verdict, rule, mech)
         doc.add(md_table(b), "")
+        if "no_mx" in rates and rates["no_mx"] < 2 / 3:
+            nomx = hot[hot["variant"] == "no_mx"]
+            doc.add(
+                f"Even switching everything to fp32 (`no_mx`) avoided the blow-up in only "
+                f"{int(nomx['stable'].sum())} of {len(nomx)} branches: at 0.75 × the spike step these runs "
+                "are already past rescue, so this branch point cannot tell the interventions apart. The next "
+                "experiment is an earlier branch (`sweep.branch_at=0.4`, or a fixed `sweep.branch_step`).",
+                "",
+            )
         if not mech.cur.empty:
             from analysis import plots
 
@@ -296,6 +306,21 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             md_table(pd.DataFrame(late_rows)),
             "",
         )
+    late_seeds = set(proxy.proxy_runs(late.df)["seed"]) if late.ran else set()
+    hot_seeds = set(ln.loc[ln["blew_up"], "seed"]) if not ln.empty else set()
+    for row in rows:
+        if row["sweep"] == late.name and row["blew up"] == 0 and row["γ clamped (run median)"] >= 0.8:
+            doc.add(
+                f"With the norm parameters' LR {row['lr (norm ×)'].split(' ')[1]}, γ stayed in the clamp "
+                "zone "
+                f"(median clip fraction {row['γ clamped (run median)']:.2f}) for all {row['steps']} steps, "
+                f"and none of the {row['seeds']} seeds blew up ({len(late_seeds & hot_seeds)} of them did at "
+                f"the full LR in proxy_mechanism; here they end at {row['final / twin (median)']:.2f}× "
+                "their fp32 twin, median). Where those seeds blew up at the full LR, holding γ near 1 did "
+                "not delay the blow-up, it removed it: clamping alone was not sufficient, the fast drift of "
+                "γ through the zone is part of the mechanism.",
+                "",
+            )
     if canonical.ran:
         doc.add(f"Canonical records: `{_rel(canonical.path)}`.", "")
     else:
