@@ -120,14 +120,16 @@ def _walk(sweep_dir: str | Path) -> tuple[list[Path], list[Path]]:
 
 def manifest_coords(manifests: list[Path]) -> dict[str, dict[str, Any]]:
     """Run directory (absolute path) → the sweeper's coordinates of that run (``manifest.json``
-    ``runs[].coords``: nominal budget ``C``, precision label, seed, swept params …)."""
+    ``runs[].coords``, and ``earlier[].coords`` for runs of earlier launches into the same sweep:
+    nominal budget ``C``, precision label, seed, swept params …)."""
     out: dict[str, dict[str, Any]] = {}
     for path in manifests:
         manifest = _read_mapping(path, "JSON")
-        runs = manifest.get("runs") if manifest else None
-        if not isinstance(runs, list):
+        if not manifest:
             continue
-        for r in runs:
+        lists = [manifest.get(key) for key in ("earlier", "runs")]
+        runs = [r for rs in lists if isinstance(rs, list) for r in rs]
+        for r in runs:  # this launch's runs last: they win over an earlier launch's
             if isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("coords"), dict):
                 out[os.path.abspath(path.parent / r["name"])] = r["coords"]
     return out

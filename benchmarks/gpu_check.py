@@ -91,6 +91,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
+from records import atomic_write  # noqa: E402  (after the path insert)
+
 NO_GPU_EXIT = 3
 NO_GPU_MESSAGE = "no CUDA GPU present: nothing was checked; run this on a machine with an NVIDIA GPU"
 STEPS = ("correctness", "speed", "proxy", "multiprocess")
@@ -436,9 +438,7 @@ def write_outputs(out: Path, result: dict) -> None:
         ("gpu_check.json", json.dumps(clean(result), indent=1) + "\n"),
         ("gpu_check.md", markdown(result)),
     ):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        atomic_write(out / name, text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1223,9 +1223,9 @@ class Progress:
             self.set(key, {"error": one_line(e), "problems": [f"{key}: {one_line(e)}"]})
 
     def flush(self, done: bool = False) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(clean({"numbers": self.numbers, "error": self.error, "done": done})))
-        os.replace(tmp, self.path)
+        atomic_write(
+            self.path, json.dumps(clean({"numbers": self.numbers, "error": self.error, "done": done}))
+        )
 
 
 WORKERS: dict[str, Callable[[argparse.Namespace, Progress], None]] = {

@@ -11,7 +11,8 @@ Only the ``RunConfig`` part of the root is a run: ``to_run_config`` drops ``budg
 * seeds: ``sweep.seeds`` (``train.seed``, and ``data.seed`` for the LM);
 * anything else: ordinary Hydra sweep overrides (``train.lr=1e-3,3e-3`` or ``hydra.sweeper.params``);
 * branches (second phase): every first-phase run is branched from its checkpoint at
-  ``sweep.branch_step`` (or at ``sweep.branch_at`` × its first-spike step, read from its record)
+  ``sweep.branch_step`` (or at each fraction in ``sweep.branch_at`` of its first-spike step, read
+  from its record)
   once per entry of ``sweep.branches`` (precision changes plus a ``name``).
 """
 
@@ -92,11 +93,12 @@ class SweepConfig:
     """Second phase: branch every first-phase run from its checkpoint at this step ..."""
     branches: list[dict[str, Any]] = field(default_factory=list)
     """... once per entry, ``{name: ..., <precision fields to change>}``."""
-    branch_at: float | None = None
-    """Instead of a fixed ``branch_step``: branch each parent at this fraction of the step of its
-    first spike (``spike_step``, else its ``diverged_step``), rounded down to one of its checkpoints
-    (``train.ckpt_every``). Read from the parents' records once they have finished, so the branches
-    are planned after the first phase; a parent that never spiked is not branched."""
+    branch_at: list[float] = field(default_factory=list)
+    """Instead of a fixed ``branch_step``: branch each parent at these fractions of the step of its
+    first spike (``spike_step``, else its ``diverged_step``), each rounded down to one of its
+    checkpoints (``train.ckpt_every``): ``[0.4, 0.75]`` asks how early an intervention must come.
+    Read from the parents' records once they have finished, so the branches are planned after the
+    first phase; a parent that never spiked is not branched."""
     branch_twin: bool = True
     """Branches keep the fp32 twin. Off, they train without it: up to the branch step a branch's twin
     would be its parent's, and after it the same fp32 trajectory again (same init, batches and LR),
@@ -166,13 +168,17 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
         raise ValueError("sweep.w and sweep.a go together (every w × a pair); set both or neither")
     if not sweep.throughput > 0:
         raise ValueError(f"sweep.throughput={sweep.throughput} must be > 0 (FLOP/s)")
-    if sweep.branches and (sweep.branch_step is None) == (sweep.branch_at is None):
+    if sweep.branches and (sweep.branch_step is None) == (not sweep.branch_at):
         raise ValueError(
             "sweep.branches needs one of sweep.branch_step (a fixed parent checkpoint step) or "
-            "sweep.branch_at (a fraction of each parent's first-spike step)"
+            "sweep.branch_at (fractions of each parent's first-spike step, e.g. [0.4,0.75])"
         )
-    if sweep.branch_at is not None and not 0 < sweep.branch_at < 1:
-        raise ValueError(f"sweep.branch_at={sweep.branch_at} must be in (0, 1): a fraction of the spike step")
+    bad = [f for f in sweep.branch_at if not 0 < f < 1]
+    if bad:
+        raise ValueError(
+            f"sweep.branch_at={list(sweep.branch_at)}: {bad[0]} is not in (0, 1); each is a fraction of "
+            "the spike step"
+        )
     resource_rules(sweep.resources)
     for key, entries in (("sweep.precisions", sweep.precisions), ("sweep.branches", sweep.branches)):
         precision_changes(key, entries)

@@ -246,19 +246,6 @@ def branch(
     return out
 
 
-def spike_branch_step(summary: dict[str, Any] | None, fraction: float, every: int) -> int | None:
-    """``sweep.branch_at``: ``fraction`` of the first-spike step of a parent's ``summary`` (its
-    ``spike_step``, else its ``diverged_step``), rounded down to a multiple of ``every`` (its
-    checkpoints); None without a spike, or when that is before the first checkpoint."""
-    if not summary or every <= 0:
-        return None
-    spike = summary.get("spike_step") or summary.get("diverged_step")
-    if isinstance(spike, bool) or not isinstance(spike, int | float) or spike <= 0:
-        return None
-    k = int(fraction * spike) // every * every
-    return k if k > 0 else None
-
-
 _IN_SHAPE_LABEL = ("model.depth", "model.width", "model.d_model")
 _PLACEMENT = ("out_dir", "hydra.sweep.subdir", "sweep.run_id", "logger.wandb.group")
 

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from records import atomic_write
+
 MARKER = "running.json"
 HEARTBEAT_S = 30.0
 STALE_S = 150.0
@@ -56,9 +58,7 @@ def running(out_dir: str | Path) -> Iterator[None]:
     path = Path(out_dir) / MARKER
     path.parent.mkdir(parents=True, exist_ok=True)
     info = {"host": socket.gethostname(), "pid": os.getpid(), "job": scheduler_job(), "started": time.time()}
-    tmp = path.with_name(f".{MARKER}.{os.getpid()}")
-    tmp.write_text(json.dumps(info) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(info) + "\n")
     stop = threading.Event()
 
     def beat() -> None:

@@ -10,12 +10,12 @@ sweeper on every launch: what was asked, skipped and launched) plus any other ru
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from records import atomic_write, dumps
 from sweeper.job import MARKER, is_running
 from sweeper.table import format_table, num, sci
 
@@ -47,10 +47,16 @@ def run_status(run_dir: str | Path) -> str:
 
 def write_manifest(sweep_dir: Path, manifest: dict[str, Any]) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    path = sweep_dir / MANIFEST
-    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}")
-    tmp.write_text(json.dumps(manifest, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic_write(sweep_dir / MANIFEST, dumps(manifest, indent=1, default=str) + "\n")
+
+
+def planned_runs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every run a manifest knows: this launch's ``runs``, then the ``earlier`` launches' runs that
+    this one did not plan again (the manifest accumulates over relaunches)."""
+    runs = [r for r in manifest.get("runs") or [] if isinstance(r, dict) and isinstance(r.get("name"), str)]
+    names = {r["name"] for r in runs}
+    earlier = manifest.get("earlier") or []
+    return runs + [r for r in earlier if isinstance(r, dict) and r.get("name") not in names]
 
 
 def read_manifest(sweep_dir: str | Path) -> dict[str, Any] | None:
@@ -70,7 +76,7 @@ def scan(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """One row per run of the sweep: name, status, progress, losses and the manifest's coordinates."""
     sweep_dir = Path(sweep_dir)
     manifest = read_manifest(sweep_dir) or {}
-    planned = {r["name"]: r for r in manifest.get("runs", [])}
+    planned = {r["name"]: r for r in planned_runs(manifest)}
     names = list(planned)
     names += sorted(p.name for p in sweep_dir.iterdir() if p.name not in planned and _is_run_dir(p))
     rows = []

@@ -20,7 +20,7 @@ from typing import Any
 
 from sweeper.config import resource_rule
 from sweeper.grid import PlannedRun, SweepError
-from sweeper.status import STATUSES, counts_line, read_summary, run_status, write_manifest
+from sweeper.status import STATUSES, counts_line, read_manifest, read_summary, run_status, write_manifest
 from sweeper.table import duration, format_table, num, sci
 
 
@@ -140,11 +140,24 @@ def dry_run(sweep: Sweep, out=sys.stdout) -> list[Decision]:
     return decisions
 
 
+def _earlier(sweep_dir: Path) -> list[dict[str, Any]]:
+    """The runs an earlier launch into this sweep directory planned (its ``runs`` and its own
+    ``earlier``), newest first by name: a relaunch with another seed or a subset must not make the
+    sweep forget them (their precision label, budget and shape live only here)."""
+    previous = read_manifest(sweep_dir) or {}
+    out: dict[str, dict[str, Any]] = {}
+    for r in [*(previous.get("runs") or []), *(previous.get("earlier") or [])]:
+        if isinstance(r, dict) and isinstance(r.get("name"), str):
+            out.setdefault(r["name"], r)
+    return list(out.values())
+
+
 def _manifest(
     sweep: Sweep,
     decisions: Sequence[Decision],
     outcome: dict[str, str] | None,
     jobs: dict[str, int] | None = None,
+    earlier: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     rules = {d.planned.name: sweep.rule(d.planned) for d in decisions}
     runs = [
@@ -164,6 +177,7 @@ def _manifest(
     ]
     launched = [r["name"] for r in runs if r["action"] == "launch"]
     skipped = {r["name"]: r["status_before"] for r in runs if r["action"] == "skip"}
+    now = {r["name"] for r in runs}
     return {
         "name": sweep.name,
         "sweep_dir": str(sweep.sweep_dir),
@@ -175,6 +189,7 @@ def _manifest(
         "skipped": skipped,
         "launched": launched,
         "runs": runs,
+        "earlier": [r for r in earlier if r["name"] not in now],
     }
 
 
@@ -239,7 +254,8 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
     ``job``); ``first_job`` is the number of the group's first run, for the launcher's job index.
     Raises ``SweepError`` at the end if a launched run did not finish (done or diverged)."""
     decisions = decide(sweep.runs, sweep.rerun)
-    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None))
+    earlier = _earlier(sweep.sweep_dir)
+    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None, earlier=earlier))
     print(
         f"sweep {sweep.name} in {sweep.sweep_dir}: " + summary_line(decisions, sweep.throughput), flush=True
     )
@@ -256,7 +272,7 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
             decisions += added
             by_name.update({d.planned.name: d for d in added})
             print(f"phase 2: {len(phase)} branches planned from the parents' records", flush=True)
-            write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None, jobs))
+            write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, None, jobs, earlier))
         todo = [p for p in phase if by_name[p.name].launch]
         todo = [p for p in todo if _parent_ready(p, by_name)]
         for p in todo:
@@ -285,7 +301,7 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
         finally:
             bar.close()
     outcome = {d.planned.name: run_status(d.planned.out_dir) for d in decisions}
-    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, outcome, jobs))
+    write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, outcome, jobs, earlier))
     counts = {s: sum(1 for v in outcome.values() if v == s) for s in STATUSES}
     print(f"{counts_line(counts)}; details: python launch.py --status {sweep.sweep_dir}")
     bad = [d for d in decisions if d.launch and outcome[d.planned.name] not in ("done", "diverged")]

@@ -12,8 +12,8 @@ import torch.nn as nn
 
 import quant
 from quant import QuantPolicy
+from records import spike_branch_step
 from sweeper.config import SweepConfig
-from sweeper.grid import spike_branch_step
 from train.config import TrainConfig
 from train.hooks import MetricsLogger
 from train.loop import make_optimizer, set_lr
@@ -116,13 +116,13 @@ def test_branch_at_is_validated():
         return sweep_settings(cfg)
 
     branches = [{"name": "x", "norm_affine": "none"}]
-    assert settings(branches=branches, branch_at=0.5)[0].branch_at == 0.5
+    assert settings(branches=branches, branch_at=[0.4, 0.75])[0].branch_at == [0.4, 0.75]
     with pytest.raises(ValueError, match="one of sweep.branch_step"):
         settings(branches=branches)
     with pytest.raises(ValueError, match="one of sweep.branch_step"):
-        settings(branches=branches, branch_at=0.5, branch_step=100)
-    with pytest.raises(ValueError, match=r"in \(0, 1\)"):
-        settings(branches=branches, branch_at=1.5)
+        settings(branches=branches, branch_at=[0.5], branch_step=100)
+    with pytest.raises(ValueError, match=r"1.5 is not in \(0, 1\)"):
+        settings(branches=branches, branch_at=[0.5, 1.5])
 
 
 def test_probe_reads_every_checkpoint_at_the_runs_own_weights(tmp_path):

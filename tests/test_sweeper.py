@@ -444,3 +444,32 @@ def test_preempted_submitit_job_is_requeued_and_resumes_bit_identical(tmp_path):
     ref = sweep(tmp_path / "ref", *one)  # the same run, uninterrupted, basic launcher
     assert ref.returncode == 0, ref.stderr
     assert _metrics(run_dir) == _metrics(tmp_path / "ref" / run_dir.name)
+
+
+def test_a_relaunch_with_other_seeds_keeps_the_earlier_runs_in_the_manifest(tmp_path):
+    """Issue 11, defect 10: relaunching a sweep with another seed used to overwrite manifest.json, so
+    --status and the analysis lost the earlier runs' precision, budget and shape."""
+    from analysis.collect import collect
+    from sweeper.status import scan
+
+    one = [
+        "sweep.precisions=[{name:mxfp8,w:fp8_e4m3,a:fp8_e4m3}]",
+        "budget.ladder=[{depth:1,d_model:32,n_heads:2}]",
+        "budget.flops=[1e9]",
+    ]  # fmt: skip
+    for seed in (0, 1):
+        r = sweep(tmp_path / "s", *one, f"sweep.seeds=[{seed}]")
+        assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert (
+        manifest["counts"]["asked"] == 1 and len(manifest["earlier"]) == 1
+    )  # this launch, and the one before
+    rows = scan(tmp_path / "s")
+    assert len(rows) == 2 and {r.get("precision") for r in rows} == {"mxfp8"}
+    assert sorted(r["seed"] for r in rows) == [0, 1]
+    df = collect(tmp_path / "s")
+    assert sorted(df["sweep.precision"]) == ["mxfp8", "mxfp8"] and df["sweep.C"].notna().all()
+    r = sweep(tmp_path / "s", *one, "sweep.seeds=[1]")  # the same launch again: nothing duplicated
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert [x["coords"]["seed"] for x in manifest["earlier"]] == [0]

@@ -134,6 +134,53 @@ def test_resume_is_exact(tmp_path, task):
         assert straight[key] == resumed[key]
 
 
+def test_resume_passes_over_a_damaged_checkpoint_and_ends_bit_identical(tmp_path, capfd):
+    """Issue 11, defect 2: the newest checkpoint cut in half (a copy, a full disk): the run resumes from
+    the one before it with one line saying so, and ends exactly as an uninterrupted run; a temporary
+    left by a SIGKILL mid-save is removed."""
+    prec = PrecisionConfig(w="fp8_e4m3", a="fp8_e4m3")
+
+    def make(out):
+        return proxy_run(out, prec, steps=30, twin_every=5, ckpt_every=10)
+
+    straight = run_task(make(tmp_path / "a"))
+    first = run_task(make(tmp_path / "b"), extra=(StopAt(20),))
+    assert first["status"] == "interrupted" and sorted(checkpoint.available(tmp_path / "b")) == [10, 20]
+    newest = checkpoint.path_for(tmp_path / "b", 20)
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    orphan = newest.parent / ".step_00000030.pt.tmp999999999"  # no such process
+    orphan.write_bytes(b"half a checkpoint")
+    capfd.readouterr()
+    resumed = run_task(make(tmp_path / "b"))
+    err = capfd.readouterr().err
+    assert resumed["status"] == "done" and not orphan.exists()
+    assert "step_00000020.pt is unreadable" in err and "resume: from step_00000010.pt" in err
+    assert "Traceback" not in err
+    assert _strip(record.read_metrics(tmp_path / "a")) == _strip(record.read_metrics(tmp_path / "b"))
+    for key in ("final_val_loss", "min_val_loss", "final_train_loss"):
+        assert straight[key] == resumed[key]
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
+    """Issue 11, defect 8: a pickle that needs code to load is refused, and the message says it is not a
+    mxsweep checkpoint (not "pass weights_only=False")."""
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("this would have run",))
+
+    path = tmp_path / "step_00000001.pt"
+    torch.save({"model": Evil(), "step": 1}, path)
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        checkpoint.load(path)
+    msg = str(e.value)
+    assert "not a mxsweep checkpoint" in msg and "not loaded" in msg and "weights_only" not in msg
+    assert "\n" not in msg
+    torch.save([1, 2], path)
+    with pytest.raises(checkpoint.CheckpointError, match="no model state or step"):
+        checkpoint.load(path)
+
+
 class Recorder(Callback):
     def __init__(self):
         self.policy, self.batches = {}, {}

@@ -7,16 +7,20 @@ converted model, the step (= data position: batches are a pure function of it), 
 The LR schedule is a pure function of the step, so it needs no state of its own.
 
 Only tensors and primitive containers are stored, so ``torch.load(weights_only=True)`` can read it.
-Files are written to a temporary name and ``os.replace``-d, so a kill mid-save never leaves a
-truncated "latest" checkpoint. All checkpoints are kept (branching needs the one at step k).
+Files are written to a temporary name and ``os.replace``-d (``records.atomic_write``), so a kill
+mid-save never leaves a truncated "latest" checkpoint; its orphaned temporary is removed on resume. A
+checkpoint damaged some other way is passed over for the one before it (``latest_intact``). All
+checkpoints are kept (branching needs the one at step k).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import random
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from quant import QuantPolicy
+from records import atomic_write
 
 _NAME = re.compile(r"step_(\d+)\.pt$")
 
@@ -93,15 +98,70 @@ def save(
     }
     path = path_for(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that was not loaded, with the one-line reason."""
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """The raw checkpoint dict (weights-only unpickling)."""
-    return torch.load(path, map_location=map_location, weights_only=True)
+    """The raw checkpoint dict (weights-only unpickling). ``CheckpointError`` with one line when the
+    file is cut short or damaged, or is not a mxsweep checkpoint (a pickle that needs code to load
+    is refused, not loaded: mxsweep never unpickles anything but tensors and primitives)."""
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path} is not a mxsweep checkpoint (it holds objects that only a full unpickle could "
+            "build, which can run code); it was not loaded"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(f"{path} is unreadable ({type(e).__name__}: {first[:160]})") from None
+    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        raise CheckpointError(
+            f"{path} is not a mxsweep checkpoint (no model state or step); it was not loaded"
+        )
+    return state
+
+
+def latest_intact(run_dir: str | Path) -> tuple[dict[str, Any] | None, Path | None, list[str]]:
+    """The newest checkpoint that loads: (state, path, why each newer one was passed over). A kill
+    cannot cut a checkpoint short (atomic writes), but a full disk, a copy or a bad sector can; the
+    run then resumes from the one before, and the metrics are cut back to it, so it still ends
+    bit-identical to an uninterrupted run."""
+    skipped = []
+    for _step, path in reversed(available(run_dir).items()):
+        try:
+            return load(path), path, skipped
+        except CheckpointError as e:
+            skipped.append(str(e))
+    return None, None, skipped
+
+
+def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes whose writer is gone (a SIGKILL mid-save leaves
+    ``ckpt/.step_*.pt.tmp<pid>``); a writer still alive on this host keeps its file. Returns them."""
+    folder = Path(run_dir) / "ckpt"
+    gone = []
+    for p in folder.glob(".step_*.pt.tmp*") if folder.is_dir() else []:
+        pid = p.name.rsplit(".tmp", 1)[1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        p.unlink(missing_ok=True)
+        gone.append(p)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def restore(

@@ -50,6 +50,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from records import atomic_write
+
 RECIPE_VERSION = 1
 """Bump when extraction, cleaning or the hold-out rules change: existing builds are then rebuilt."""
 
@@ -420,9 +422,7 @@ def build_litmix(archives: dict[str, Path], out_dir: str | Path) -> dict:
     files = {}
     for split, docs in splits.items():
         path = out_dir / f"{split}.bin"
-        tmp = path.with_suffix(".bin.tmp")
-        tmp.write_bytes(DOC_SEP.join(docs) + DOC_SEP)
-        os.replace(tmp, path)
+        atomic_write(path, DOC_SEP.join(docs) + DOC_SEP)
         files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     manifest = {
         "corpus": "litmix",
@@ -431,9 +431,7 @@ def build_litmix(archives: dict[str, Path], out_dir: str | Path) -> dict:
         "files": files,
         "sources": sources,
     }
-    tmp = out_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, out_dir / "manifest.json")
+    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -212,9 +213,15 @@ def model_device(model: nn.Module) -> torch.device:
 
 def _start(ctx: State) -> None:
     cfg, out = ctx.run.train, ctx.run.out_dir
-    own = checkpoint.latest(out)
+    if ctx.is_main:
+        checkpoint.remove_stale_temporaries(out)
+    state, own, skipped = checkpoint.latest_intact(out)
+    for why in skipped if ctx.is_main else ():
+        print(f"resume: {why}; passing over it", file=sys.stderr, flush=True)
+    if skipped and ctx.is_main:
+        where = f"from {own.name}" if own is not None else "from step 0 (no intact checkpoint)"
+        print(f"resume: {where}", file=sys.stderr, flush=True)
     if own is not None:
-        state = checkpoint.load(own)
         ctx.policy = checkpoint.policy_from_dict(state["policy"])
     elif cfg.branch_from is not None:
         path = checkpoint.path_for(cfg.branch_from, cfg.branch_step)

@@ -20,7 +20,6 @@ the same point, the multiplicative bias of the clamp at work. Rows go to ``<run>
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ import yaml
 
 import quant
 from quant import QuantPolicy
-from train import checkpoint, record
+from records import atomic_write, dumps
+from train import checkpoint
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
 
 PROBE = "probe.jsonl"
@@ -91,8 +91,8 @@ def probe_run(run_dir: str | Path) -> list[dict[str, Any]]:
                 if spec is not None and spec.block_size is not None:
                     row[f"clip_ln/{name}"] = quant.spec_clip_fraction(m.weight, spec)
         rows.append(row)
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    record.atomic_write(run_dir / PROBE, text)
+    text = "".join(dumps(r) + "\n" for r in rows)
+    atomic_write(run_dir / PROBE, text)
     return rows
 
 

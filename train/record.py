@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -29,6 +28,8 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+
+from records import atomic_write, dumps
 
 FINAL = ("done", "diverged")
 TIMINGS = ("step_time", "twin_time")
@@ -93,7 +94,7 @@ def _identity(text: str) -> dict[str, Any]:
 
 def append_metrics(run_dir: str | Path, row: dict[str, Any]) -> None:
     with open(Path(run_dir) / "metrics.jsonl", "a") as f:
-        f.write(json.dumps(row) + "\n")
+        f.write(dumps(row) + "\n")
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -120,7 +121,7 @@ def truncate_metrics(run_dir: str | Path, step: int) -> None:
 
 
 def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
-    atomic_write(Path(run_dir) / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write(Path(run_dir) / "summary.json", dumps(summary, indent=2, default=str) + "\n")
 
 
 def environment() -> dict[str, Any]:
@@ -151,15 +152,3 @@ def _git() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         return {"revision": None, "dirty": None}
     return {"revision": rev or None, "dirty": bool(dirty) if rev else None}
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: readers see the old file
-    or the new one, never half of one; the temporary file is removed if the write fails."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -98,7 +98,7 @@ class MxSweeper(Sweeper):
                 raise SweepError(f"{e}{where}") from None
             _check_conflicts(combo, runs[0].settings)
             phase1 += runs
-            if sweep.branches and sweep.branch_at is None:
+            if sweep.branches and not sweep.branch_at:
                 phase2 += branch(runs, sweep, sweep_dir)
             elif sweep.branches:
                 auto.append((runs, sweep))
@@ -205,9 +205,11 @@ def _check_conflicts(combo: list[str], settings: dict[str, Any]) -> None:
 
 
 def _spike_branches(groups: list, sweep_dir: Path) -> list:
-    """``sweep.branch_at``: the branches of every parent that has finished with a spike, each at the
-    fraction ``branch_at`` of its first-spike step (``sweeper.grid.spike_branch_step``)."""
-    from sweeper.grid import branch, spike_branch_step
+    """``sweep.branch_at``: the branches of every parent that has finished with a spike, at each
+    fraction in ``branch_at`` of its first-spike step (``records.spike_branch_step``; two
+    fractions that round to the same checkpoint give one set of branches)."""
+    from records import spike_branch_step
+    from sweeper.grid import branch
     from sweeper.status import read_summary
 
     def step_of(fraction: float, parent: Any) -> Any:
@@ -218,5 +220,10 @@ def _spike_branches(groups: list, sweep_dir: Path) -> list:
 
     out = []
     for runs, sweep in groups:
-        out += branch(runs, sweep, sweep_dir, functools.partial(step_of, sweep.branch_at))
+        seen: set[str] = set()
+        for fraction in sweep.branch_at:
+            for planned in branch(runs, sweep, sweep_dir, functools.partial(step_of, fraction)):
+                if planned.run_id not in seen:
+                    seen.add(planned.run_id)
+                    out.append(planned)
     return out
