@@ -27,7 +27,6 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,6 +35,7 @@ import numpy as np
 import torch
 
 from quant.formats import Rounding, ScaleKind, ScaleRule, elem_format
+from records import atomic_write
 
 SOURCE = Path(__file__).with_name("mx_cpu.c")
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC")
@@ -79,15 +79,13 @@ def _build(cc: str, flags: tuple[str, ...]) -> Path:
     if lib.exists():
         return lib
     cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".so")
-    os.close(fd)
-    try:
-        subprocess.run([cc, *flags, str(SOURCE), "-o", tmp], check=True, capture_output=True, text=True)
-        os.replace(tmp, lib)  # atomic: another process may be building the same file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return lib
+    # atomic (records.atomic_write): another process may be building the same file
+    return atomic_write(
+        lib,
+        lambda tmp: subprocess.run(
+            [cc, *flags, str(SOURCE), "-o", str(tmp)], check=True, capture_output=True, text=True
+        ),
+    )
 
 
 class _Kernels(NamedTuple):
