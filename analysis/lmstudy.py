@@ -35,8 +35,11 @@ import pandas as pd
 from scipy import stats
 
 from analysis.fits import InsufficientData
+from analysis.instability import sci
 
 __all__ = [
+    "bit_ordering",
+    "element_bits",
     "FORMAT_ORDER",
     "REFERENCE_LABELS",
     "compute_optimal",
@@ -436,6 +439,51 @@ def law_table(
     return pd.DataFrame(rows)
 
 
+def element_bits(name: Any) -> float:
+    """Bits per element of a format named in a record's ``w``/``a`` (an element format or a recipe:
+    ``fp8_e4m3`` → 8, ``nvfp4`` → 4, ``bf16`` → 16); NaN for a name the format table does not know."""
+    from quant.formats import ELEM_FORMATS, RECIPES
+
+    name = str(name)
+    if name in RECIPES:
+        name = RECIPES[name].elem
+    return float(ELEM_FORMATS[name].bits) if name in ELEM_FORMATS else np.nan
+
+
+def bit_ordering(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Does m_P fall with the element width? ``table`` is ``law_table``'s frame, ``df`` the runs it came
+    from. Plain formats (W = A, not hybrids; the reference at its own width with m = 1) are grouped by
+    bits per element, and each pair of neighbouring widths is compared on the bootstrap intervals:
+    ``separated`` when every interval of the narrower width lies below every interval of the wider
+    one, ``reversed`` when every one lies above, else neither (they overlap). One row per neighbouring
+    pair: bits, bits_wider, labels, labels_wider, high (largest upper end, narrower width), low_wider
+    (smallest lower end, wider width), separated, reversed."""
+    cols = ["bits", "bits_wider", "labels", "labels_wider", "high", "low_wider", "separated", "reversed"]
+    info = label_info(df)
+    t = table[~table["hybrid"]].copy()
+    t = t[[info.loc[x, "w"] == info.loc[x, "a"] for x in t["label"]]]
+    t["bits"] = [element_bits(info.loc[x, "w"]) for x in t["label"]]
+    lo = t["ci_low"].where(~t["reference"], 1.0)
+    hi = t["ci_high"].where(~t["reference"], 1.0)
+    t = t.assign(lo=lo, hi=hi).dropna(subset=["bits", "lo", "hi"])
+    groups = [g for _, g in t.groupby("bits", sort=True)]
+    rows = []
+    for a, b in zip(groups, groups[1:], strict=False):
+        rows.append(
+            {
+                "bits": int(a["bits"].iloc[0]),
+                "bits_wider": int(b["bits"].iloc[0]),
+                "labels": ", ".join(a["label"]),
+                "labels_wider": ", ".join(b["label"]),
+                "high": float(a["hi"].max()),
+                "low_wider": float(b["lo"].min()),
+                "separated": bool(a["hi"].max() < b["lo"].min()),
+                "reversed": bool(a["lo"].min() > b["hi"].max()),
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
 def fewer_budgets(
     df: pd.DataFrame, labels: Iterable[str], reference: str, loss: str = "final_val_loss"
 ) -> list[str]:
@@ -501,14 +549,6 @@ def loss_vs_compute(df: pd.DataFrame, loss: str = "final_val_loss") -> pd.DataFr
 
 
 # -- display ---------------------------------------------------------------------------------------
-def _sci(x: float) -> str:
-    if not np.isfinite(x):
-        return "–"
-    m, e = f"{x:.1e}".split("e")
-    m = m.rstrip("0").rstrip(".")
-    return f"{m}e{int(e)}"
-
-
 def _pm(mean: float, sd: float, digits: int = 4) -> str:
     if not np.isfinite(mean):
         return "–"
@@ -529,7 +569,7 @@ def display_law_table(table: pd.DataFrame, reference_name: str = "bf16") -> pd.D
     left out."""
     budgets = set(table.loc[table["n_pairs"] > 0, "budget"].dropna())
     one = len(budgets) <= 1
-    at = f"C = {_sci(next(iter(budgets)))}" if one and budgets else "the largest C"
+    at = f"C = {sci(next(iter(budgets)))}" if one and budgets else "the largest C"
     head = f"Δ loss vs {reference_name} at {at}"
     paired = bool((table["n_pairs"] > 0).any())
     rows = []
@@ -544,7 +584,7 @@ def display_law_table(table: pd.DataFrame, reference_name: str = "bf16") -> pd.D
             m = f"{r.m_P:.3g}"
         row = {"format": r.label + (" (hybrid)" if r.hybrid else ""), "m_P [95% CI]": m}
         if paired and not one:
-            row["C"] = _sci(r.budget) if r.n_pairs else "–"
+            row["C"] = sci(r.budget) if r.n_pairs else "–"
         if paired:  # without a single matched pair the Δ columns would be dashes only
             row[f"{head} (mean ± sd over seeds)"] = "reference" if r.reference else _pm(r.delta, r.delta_sd)
             row["p (paired t)"] = "" if r.reference else _p(r.p_value, r.significant)
@@ -560,7 +600,7 @@ def display_deltas(all_budgets: pd.DataFrame, largest: pd.DataFrame) -> pd.DataF
     big = largest.set_index("label")
     budgets = set(largest["budget"].dropna())
     one = len(budgets) == 1
-    head = f"Δ at C = {_sci(next(iter(budgets)))}" if one else "Δ at the largest C"
+    head = f"Δ at C = {sci(next(iter(budgets)))}" if one else "Δ at the largest C"
     rows = []
     for r in all_budgets.itertuples(index=False):
         row = {
@@ -573,9 +613,9 @@ def display_deltas(all_budgets: pd.DataFrame, largest: pd.DataFrame) -> pd.DataF
         }
         if r.label in big.index:
             b = big.loc[r.label]
-            where = "" if one else f" (C = {_sci(b['budget'])})"
+            where = "" if one else f" (C = {sci(b['budget'])})"
             row[f"{head} (mean ± sd over seeds)"] = _pm(b["mean_over_seeds"], b["sd_over_seeds"]) + where
-            row[f"p ({'C = ' + _sci(next(iter(budgets))) if one else 'largest C'})"] = _p(
+            row[f"p ({'C = ' + sci(next(iter(budgets))) if one else 'largest C'})"] = _p(
                 b["p_value"], bool(b["significant"])
             )
         rows.append(row)

@@ -686,36 +686,40 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     return fig
 
 
-def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_panels: int = 8) -> Figure:
-    """Parent vs branches: one panel per parent that was branched, its train loss (black), its fp32
-    twin (grey dotted) and each intervention from its branch step (colours shared across panels; one
-    legend for the figure, outside the panels). Log y."""
-    branches = runs[runs["parent"].notna()]
-    parents = list(dict.fromkeys(branches["parent"]))[:max_panels]
+def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_panels: int = 12) -> Figure:
+    """Parent vs branches: one panel per parent and branch step (a row per parent when there are
+    several branch points), its train loss (black), its fp32 twin (grey dotted) and each intervention
+    from that step (colours shared across panels; one legend for the figure, outside the panels). Log y."""
+    branches = runs[runs["parent"].notna()].sort_values(["parent", "branch_step"], kind="stable")
+    panels = list(dict.fromkeys(zip(branches["parent"], branches["branch_step"], strict=True)))[:max_panels]
     names = list(dict.fromkeys(branches["variant"]))
     cmap = colormaps["tab10"]
     color = {n: cmap(i % 10) for i, n in enumerate(names)}
-    fig, axes = _grid(max(1, len(parents)), ncols=4, size=(3.4, 2.8))
+    per_parent = max((sum(1 for p, _ in panels if p == q) for q, _ in panels), default=1)
+    ncols = per_parent if per_parent > 1 else 4
+    fig, axes = _grid(max(1, len(panels)), ncols=ncols, size=(3.4, 2.8))
     by_run = runs.set_index("run")
-    for ax, parent in zip(axes.flat, parents, strict=False):
+    for ax, (parent, k) in zip(axes.flat, panels, strict=False):
         c = curves[curves["run"] == parent].sort_values("step")
         ax.plot(c["step"], c["loss"], color="black", lw=1.0, label="parent (no change)")
         if "twin_loss" in c:
             t = c.dropna(subset=["twin_loss"])
             ax.plot(t["step"], t["twin_loss"], color="grey", lw=0.9, ls=":", label="fp32 twin")
-        for _, b in branches[branches["parent"] == parent].iterrows():
+        here = branches[(branches["parent"] == parent) & (branches["branch_step"] == k)]
+        for _, b in here.iterrows():
             bc = curves[curves["run"] == b["run"]].sort_values("step")
             ax.plot(bc["step"], bc["loss"], color=color[b["variant"]], lw=0.9, label=b["variant"])
-        k = branches.loc[branches["parent"] == parent, "branch_step"].iloc[0]
         ax.axvline(k, color="grey", lw=0.6, ls="--")
         p = by_run.loc[parent]
-        ax.set_title(f"{p['label']} seed {p['seed']:.0f} (branch @ {k:.0f})", fontsize=9)
+        f = here["branch_at"].iloc[0] if "branch_at" in here else np.nan
+        at = f"{k:.0f}, {f:g}× spike" if pd.notna(f) else f"{k:.0f}"
+        ax.set_title(f"{p['label']} seed {p['seed']:.0f} (branch @ {at})", fontsize=9)
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    if not parents:
+    if not panels:
         axes.flat[0].text(0.5, 0.5, "no branches", ha="center", va="center")
-    _hide_unused(axes, max(1, len(parents)))
+    _hide_unused(axes, max(1, len(panels)))
     axes.flat[0].set_ylabel("train loss")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if handles:

@@ -91,6 +91,34 @@ def proxy_runs(df: pd.DataFrame) -> pd.DataFrame:
     return runs.reset_index(drop=True)
 
 
+def with_branch_points(runs: pd.DataFrame, fractions: list[float] | None) -> pd.DataFrame:
+    """``runs`` with ``branch_at``: for each branch, which of ``fractions`` (the sweep's
+    ``sweep.branch_at``) put it at its step, by the sweeper's own rule (``records.branch_fraction``
+    on the parent's spike and its checkpoint cadence); NaN for parents, fixed-step branches and
+    sweeps without fractions."""
+    from records import branch_fraction
+
+    runs = runs.copy()
+    runs["branch_at"] = np.nan
+    if runs.empty or not fractions:
+        return runs
+    by_run = runs.set_index("run")
+    every = _col(runs, "train.ckpt_every")
+    for i, r in runs.iterrows():
+        p = r["parent"]
+        if not p or p not in by_run.index or pd.isna(r["branch_step"]) or pd.isna(every[i]):
+            continue
+        parent = by_run.loc[p]
+        summary = {
+            k: (None if pd.isna(parent.get(k)) else float(parent.get(k)))
+            for k in ("spike_step", "diverged_step")
+            if k in parent
+        }
+        f = branch_fraction(summary, int(r["branch_step"]), int(every[i]), list(fractions))
+        runs.loc[i, "branch_at"] = np.nan if f is None else f
+    return runs
+
+
 def onset(curve: pd.DataFrame, fallback: float | None) -> float | None:
     """The onset step of a blow-up in one run's metrics rows (see the module docstring)."""
     c = curve.dropna(subset=["loss"]).sort_values("step")
@@ -210,16 +238,23 @@ def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per intervention: branches, how many avoided the blow-up (stable: ended < 2× the parents' twin,
-    no divergence, no unrecovered spike), against the parents they came from (which blew up how often)."""
+    """Per intervention (and per branch point, where ``runs`` has ``with_branch_points``' column):
+    branches, how many avoided the blow-up (stable: ended < 2× the parents' twin, no divergence, no
+    unrecovered spike), against the parents they came from (which blew up how often)."""
     branches = runs[runs["parent"].notna()]
     if branches.empty:
         return pd.DataFrame()
     blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
+    points = "branch_at" in branches and branches["branch_at"].notna().any()
+    keys = ["branch_at", "variant"] if points else ["variant"]
+    if points:
+        branches = branches.sort_values("branch_at", kind="stable")
     rows = []
-    for name, g in branches.groupby("variant", sort=False):
+    for key, g in branches.groupby(keys, sort=False, dropna=False):
+        name = key[-1]
         rows.append(
             {
+                **({"branch at (× spike step)": key[0]} if points else {}),
                 "intervention": name,
                 "branches": len(g),
                 "avoided blow-up": int(g["stable"].sum()),

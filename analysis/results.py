@@ -14,6 +14,8 @@ The verdict rules are stated next to each claim; the proxy's vocabulary (blew up
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 import math
 import os
 import shutil
@@ -25,9 +27,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from analysis import proxy
 from analysis.collect import RecordWarning, collect, curves, study_records
+from analysis.instability import sci, si
 from analysis.report import md_table
 
 REPRODUCED, PARTIAL, NOT, NOT_RUN = "reproduced", "partially reproduced", "not reproduced", "not run here"
@@ -42,19 +46,60 @@ class Source:
     path: Path
     df: pd.DataFrame = field(default_factory=pd.DataFrame)
     cur: pd.DataFrame = field(default_factory=pd.DataFrame)
+    archive: Path | None = None
+    """Its archive (``analysis.archive``): packed from live records, or restored from."""
+    restored: bool = False
 
     @property
     def ran(self) -> bool:
         """Records exist: training runs, or a study's single record."""
         return not self.df.empty or (self.path / "summary.json").exists()
 
+    @functools.cached_property
+    def runs(self) -> pd.DataFrame:
+        """``analysis.proxy.proxy_runs`` of the records (empty for other sweeps), each branch with the
+        fraction of ``sweep.branch_at`` it came from (``proxy.with_branch_points``)."""
+        return proxy.with_branch_points(proxy.proxy_runs(self.df), self.branch_at)
+
+    @property
+    def branch_at(self) -> list[float]:
+        """The sweep's ``sweep.branch_at`` as launched (a list; older sweeps wrote one number)."""
+        value = self.setting("sweep.branch_at")
+        if value is None:
+            return []
+        return [float(v) for v in value] if isinstance(value, list) else [float(value)]
+
+    @functools.cached_property
+    def mechanism(self) -> pd.DataFrame:
+        """``analysis.proxy.mechanism`` of the records (reads each run's probe.jsonl once)."""
+        if self.runs.empty or self.cur.empty:
+            return pd.DataFrame()
+        return proxy.mechanism(self.runs, self.cur)
+
+    def setting(self, key: str) -> Any:
+        """A setting of the sweep as it was launched (its ``multirun.yaml``), e.g. ``sweep.branch_at``."""
+        node: Any = self._multirun
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    @functools.cached_property
+    def _multirun(self) -> dict[str, Any]:
+        path = self.path / "multirun.yaml"
+        return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+    @functools.cached_property
+    def search_rows(self) -> list[dict[str, Any]]:
+        """The search log's rows of this sweep (``_source_search_rows``)."""
+        return _source_search_rows(self)
+
+    @functools.cached_property
     def wall(self) -> str:
-        """First run start (config.yaml written) to last run end (summary.json written)."""
+        """First run start (config.yaml written) to last run end (summary.json written); a study's
+        single record: its own recorded wall time."""
         starts, ends = [], []
         single = self.path / "summary.json"
-        if single.exists():  # one run (a study): its own recorded wall time
-            import json
-
+        if single.exists():
             wall = json.loads(single.read_text()).get("wall_time")
             return _duration(float(wall)) if isinstance(wall, int | float) else "–"
         for p in self.path.glob("*/config.yaml"):
@@ -73,8 +118,12 @@ def _duration(seconds: float) -> str:
     return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
-def _load(name: str, command: str, path: Path, with_curves: bool = False) -> Source:
-    src = Source(name, command, path)
+def _load(name: str, command: str, path: Path, archives: Path, with_curves: bool = False) -> Source:
+    """A sweep's records; restored from its archive first when they are not on this machine."""
+    from analysis import archive
+
+    src = Source(name, command, path, archive=archive.archive_path(archives, name))
+    src.restored = archive.restore(src.archive, path)
     if path.is_dir():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RecordWarning)
@@ -104,9 +153,11 @@ class _Doc:
 
     def claim(self, title: str, verdict: str, rule: str, src: Source) -> None:
         self.add(f"### {title}", "", f"**{verdict.capitalize()}.** {rule}", "")
-        wall = src.wall() if src.ran else "–"
+        wall = src.wall if src.ran else "–"
+        kept = f", archived in `{_rel(src.archive)}`" if src.ran and src.archive else ""
         self.add(
-            f"Command: `{src.command}` (records: `{_rel(src.path)}`; wall time as recorded: {wall}).", ""
+            f"Command: `{src.command}` (records: `{_rel(src.path)}`{kept}; wall time as recorded: {wall}).",
+            "",
         )
 
 
@@ -117,15 +168,9 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def _pm(mean: float, sd: float, digits: int = 3) -> str:
-    if mean is None or not np.isfinite(mean):
-        return "–"
-    return f"{mean:.{digits}g} ± {sd:.{digits - 1}g}" if np.isfinite(sd) else f"{mean:.{digits}g}"
-
-
 # -- study 1: the proxy ------------------------------------------------------------------------------
 def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> None:
-    runs = proxy.proxy_runs(mech.df) if mech.ran else pd.DataFrame()
+    runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
     ln = parents[parents["norm_affine"].ne("none")] if not parents.empty else parents
     none = parents[parents["norm_affine"].eq("none")] if not parents.empty else parents
@@ -195,7 +240,7 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
         "partially when that held in some of them."
     )
     title = "1.2 Before the spike: γ clamped to 0.875, the quantized gradient turns away from fp32"
-    m = proxy.mechanism(runs, mech.cur) if not runs.empty and not mech.cur.empty else pd.DataFrame()
+    m = mech.mechanism
     if not m.empty:  # the claim is about γ in E4M3: runs with γ unquantized are the control
         m = m[m["label"].isin(set(ln["label"]))].reset_index(drop=True)
     if m.empty:
@@ -217,8 +262,8 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             f"Both in {int(ok.sum())} of {len(m)} blow-ups (γ clamped: {int(clamped.sum())}; gradient turned "
             f"away: {int(turned.sum())}). The twin cosine (two trajectories) is "
             f"{m['cos_early'].median():.2f} early and {m['cos_before'].median():.2f} before the onset: "
-            "the trajectories decorrelate within a few dozen steps at this LR, so it does not isolate "
-            "the quantization; the probe does.",
+            "it compares two trajectories that drift apart, so it does not isolate the quantization; "
+            "the probe, at the same weights, does.",
             "",
             md_table(m.drop(columns=["run"])),
             "",
@@ -238,12 +283,15 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             )
 
     # 1.3 -------------------------------------------------------------------------------------------
+    points = mech.branch_at
+    where = " and ".join(f"{f:g}" for f in points) if points else "a fixed step"
     rule = (
-        "Rule: branches start from each parent's checkpoint at 0.75 × its first-spike step (read from the "
-        "parent's record; `sweep.branch_at`). An intervention avoids the blow-up when the branch ends "
-        f"stable (< {proxy.BLOWUP:g}× the parents' fp32 twin, no divergence, no unrecovered spike). "
-        "Reproduced when no LN quantization, bf16 activations and forward-only MX each avoid it in ≥ 2/3 "
-        "of the branches of parents that blew up; partially when some do."
+        f"Rule: branches start from each parent's checkpoints at {where} × its first-spike step (read "
+        "from the parent's record; `sweep.branch_at`). An intervention avoids the blow-up when the "
+        f"branch ends stable (< {proxy.BLOWUP:g}× the parents' fp32 twin, no divergence, no unrecovered "
+        "spike). Judged at the earliest branch point (the later ones show how early an intervention "
+        "must come): reproduced when no LN quantization, bf16 activations and forward-only MX each "
+        "avoid it in ≥ 2/3 of the branches of parents that blew up; partially when some do."
     )
     title = "1.3 Interventions from a checkpoint before the spike"
     b = proxy.branch_outcomes(runs) if not runs.empty else pd.DataFrame()
@@ -253,21 +301,35 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
         branches = runs[runs["parent"].notna()]
         blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
         hot = branches[branches["parent"].map(blew).astype(bool)]
-        rates = hot.groupby("variant")["stable"].mean()
+        first = hot["branch_at"].min() if hot["branch_at"].notna().any() else None
+        judged = hot[hot["branch_at"] == first] if first is not None else hot
+        rates = judged.groupby("variant")["stable"].mean()
         paper = [v for v in ("no_ln_quant", "bf16_acts", "fwd_only") if v in rates]
         good = [v for v in paper if rates[v] >= 2 / 3]
         verdict = REPRODUCED if paper and len(good) == len(paper) else PARTIAL if good else NOT
         doc.claim(title, verdict, rule, mech)
         doc.add(md_table(b), "")
-        if "no_mx" in rates and rates["no_mx"] < 2 / 3:
-            nomx = hot[hot["variant"] == "no_mx"]
-            doc.add(
-                f"Even switching everything to fp32 (`no_mx`) avoided the blow-up in only "
-                f"{int(nomx['stable'].sum())} of {len(nomx)} branches: at 0.75 × the spike step these runs "
-                "are already past rescue, so this branch point cannot tell the interventions apart. The next "
-                "experiment is an earlier branch (`sweep.branch_at=0.4`, or a fixed `sweep.branch_step`).",
-                "",
-            )
+        groups = hot.groupby("branch_at") if hot["branch_at"].notna().any() else [(None, hot)]
+        for point, g in groups:
+            nomx = g[g["variant"] == "no_mx"]
+            if nomx.empty:
+                continue
+            at = f"at {point:g} × the spike step" if point is not None else "at this branch step"
+            k, n = int(nomx["stable"].sum()), len(nomx)
+            if 3 * k >= 2 * n:
+                doc.add(
+                    f"{at.capitalize()}, switching everything to fp32 (`no_mx`) avoided the blow-up in "
+                    f"{k} of {n} branches: the parents were still rescuable there, so this branch point "
+                    "tells the interventions apart.",
+                    "",
+                )
+            else:
+                doc.add(
+                    f"{at.capitalize()}, even switching everything to fp32 (`no_mx`) avoided the blow-up "
+                    f"in only {k} of {n} branches: these runs are already past rescue there, so this "
+                    "branch point cannot tell the interventions apart.",
+                    "",
+                )
         if not mech.cur.empty:
             from analysis import plots
 
@@ -277,8 +339,8 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
     title = "1.4 A late divergence (the study's canonical run: step ~5,090 of 9,000)"
     rule = (
         "Rule: reproduced when an MX run with γ in E4M3 blows up after half of its steps while its fp32 twin "
-        "stays stable. The canonical run (L4, W512, batch 2048, lr 6e-4, 9,000 steps) takes about a day "
-        "per run on 2 CPU cores: it is a GPU preset (`experiment=proxy_canonical`). Here: the search for "
+        "stays stable. The canonical run (L4, W512, batch 2048, lr 6e-4, 9,000 steps, as the study ran it) "
+        "is a GPU preset (`experiment=proxy_canonical`). Here: the search for "
         "a CPU setting with a late blow-up; every configuration tried is in the search log below."
     )
     searched = [s for s in (mech, late, canonical) if s.ran]
@@ -291,8 +353,7 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
     doc.claim(title, verdict, rule, late if late.ran else mech)
     late_rows = []
     for src in searched:
-        r = proxy.proxy_runs(src.df)
-        m = proxy.mechanism(r, src.cur) if not r.empty and not src.cur.empty else pd.DataFrame()
+        r, m = src.runs, src.mechanism
         if not m.empty:
             steps = r.set_index("run")["train.steps"] if "train.steps" in r else pd.Series(dtype=float)
             m = m[m["onset"] > m["run"].map(steps) / 2]
@@ -306,7 +367,7 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             md_table(pd.DataFrame(late_rows)),
             "",
         )
-    late_seeds = set(proxy.proxy_runs(late.df)["seed"]) if late.ran else set()
+    late_seeds = set(late.runs["seed"]) if not late.runs.empty else set()
     hot_seeds = set(ln.loc[ln["blew_up"], "seed"]) if not ln.empty else set()
     for row in rows:
         if row["sweep"] == late.name and row["blew up"] == 0 and row["γ clamped (run median)"] >= 0.8:
@@ -331,53 +392,55 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
 
 
 def _search_rows(sources: list[Source]) -> list[dict[str, Any]]:
+    return [row for src in sources for row in src.search_rows]
+
+
+def _source_search_rows(src: Source) -> list[dict[str, Any]]:
+    """One row per phase-1 configuration of one proxy sweep (the search log's rows)."""
     rows = []
-    for src in sources:
-        runs = proxy.proxy_runs(src.df)
-        if runs.empty:
-            continue
-        parents = runs[runs["parent"].isna()].copy()
-        keys = [
-            "model.width",
-            "model.depth",
-            "train.batch_size",
-            "train.lr",
-            "train.norm_lr_mult",
-            "train.steps",
+    runs = src.runs
+    if runs.empty:
+        return []
+    parents = runs[runs["parent"].isna()].copy()
+    keys = [
+        "model.width",
+        "model.depth",
+        "train.batch_size",
+        "train.lr",
+        "train.norm_lr_mult",
+        "train.steps",
+    ]
+    for k in keys:
+        if k not in parents:
+            parents[k] = 1.0 if k == "train.norm_lr_mult" else np.nan
+    parents["onset_step"] = (
+        [
+            proxy.onset(src.cur[src.cur["run"] == r["run"]], r.get("spike_step")) if r["blew_up"] else np.nan
+            for _, r in parents.iterrows()
         ]
-        for k in keys:
-            if k not in parents:
-                parents[k] = 1.0 if k == "train.norm_lr_mult" else np.nan
-        parents["onset_step"] = (
-            [
-                proxy.onset(src.cur[src.cur["run"] == r["run"]], r.get("spike_step"))
-                if r["blew_up"]
-                else np.nan
-                for _, r in parents.iterrows()
-            ]
-            if not src.cur.empty
-            else np.nan
+        if not src.cur.empty
+        else np.nan
+    )
+    for key, g in parents.groupby(["label", *keys], dropna=False, sort=False):
+        label, width, depth, batch, lr, mult, steps = key
+        onsets = pd.to_numeric(g["onset_step"], errors="coerce").dropna()
+        twins = g["twin_stable"].dropna().astype(bool)
+        rows.append(
+            {
+                "sweep": src.name,
+                "precision": label,
+                "d × L, batch": f"{width:.0f} × {depth:.0f}, {batch:.0f}",
+                "lr (norm ×)": f"{lr:g} (×{mult:g})",
+                "steps": int(steps),
+                "seeds": int(g["seed"].nunique()),
+                "blew up": int(g["blew_up"].sum()),
+                "late blow-ups": int((onsets > steps / 2).sum()),
+                "onset steps": ", ".join(f"{t:.0f}" for t in sorted(onsets)) or "–",
+                "fp32 twin stable": f"{int(twins.sum())}/{len(twins)}" if len(twins) else "–",
+                "final / twin (median)": float(g["ratio"].median()),
+                "γ clamped (run median)": _clamped(src.cur, g["run"]),
+            }
         )
-        for key, g in parents.groupby(["label", *keys], dropna=False, sort=False):
-            label, width, depth, batch, lr, mult, steps = key
-            onsets = pd.to_numeric(g["onset_step"], errors="coerce").dropna()
-            twins = g["twin_stable"].dropna().astype(bool)
-            rows.append(
-                {
-                    "sweep": src.name,
-                    "precision": label,
-                    "d × L, batch": f"{width:.0f} × {depth:.0f}, {batch:.0f}",
-                    "lr (norm ×)": f"{lr:g} (×{mult:g})",
-                    "steps": int(steps),
-                    "seeds": int(g["seed"].nunique()),
-                    "blew up": int(g["blew_up"].sum()),
-                    "late blow-ups": int((onsets > steps / 2).sum()),
-                    "onset steps": ", ".join(f"{t:.0f}" for t in sorted(onsets)) or "–",
-                    "fp32 twin stable": f"{int(twins.sum())}/{len(twins)}" if len(twins) else "–",
-                    "final / twin (median)": float(g["ratio"].median()),
-                    "γ clamped (run median)": _clamped(src.cur, g["run"]),
-                }
-            )
     return rows
 
 
@@ -410,7 +473,7 @@ def search_log(doc: _Doc, sources: list[Source]) -> None:
         f"whose loss exceeds {proxy.ONSET:g}× the lowest before it; late: after half the steps. γ clamped: "
         "the median, over the logged steps before any onset, of the largest LN-γ clip fraction, as a "
         "median over the seeds (1 = some LayerNorm's γ entirely at 0.875 all along). Earlier "
-        "exploration on older code (11 configurations, before the twin was a full citizen) is in "
+        "exploration on older code (before the twin was a full citizen) is in "
         "`shared/notes/proxy-search-so-far.md`; its settings are the starting point of these sweeps.",
         "",
         md_table(pd.DataFrame(rows)),
@@ -435,7 +498,7 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
     spikes_rule = (
         "Rule: reproduced when MX runs spike or diverge (spike detector: 100-step mean rising 0.008 above "
         "its minimum; unstable = diverged or not recovered) where bf16 runs of the same (budget, shape, "
-        "seed) do not. The study saw them at ≥ 10⁸ parameters; these models have 10⁴–10⁵."
+        "seed) do not. The study saw them at ≥ 10⁸ parameters (its claim)."
     )
     if not lm.ran:
         doc.claim(title, NOT_RUN, rule, lm)
@@ -481,6 +544,7 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
     mx_bad = int(unstable.drop(index=ref, errors="ignore")["sum"].sum())
     verdict = REPRODUCED if mx_bad > 0 and ref_bad == 0 else NOT
     doc.claim(spikes, verdict, spikes_rule, lm)
+    doc.add(f"These models have N = {si(fin['N'].min())}–{si(fin['N'].max())} parameters.", "")
     t = unstable.reset_index().rename(columns={"sum": "unstable", "size": "runs"})
     doc.add(md_table(t), "")
     return deltas
@@ -491,12 +555,14 @@ def law_section(doc: _Doc, lm: Source) -> None:
     from analysis.fits import InsufficientData
 
     doc.add("## Beyond the papers: one scaling law over all precisions", "")
-    title = "3.1 Effective-parameter multiplier m_P of each format"
+    title = "3.1 Fewer bits per element, fewer effective parameters (Kumar et al. 2024)"
     rule = (
         "L(N, D, P) = E + A/(N·m_P)^α + B/D^β with m_bf16 = 1 and E, A, B, α, β shared (the form of "
-        "Kumar et al. 2024): format P trains like bf16 with m_P × the parameters. 95 % intervals: "
-        "bootstrap over runs within each format. A verdict does not apply (no paper claim): the numbers are "
-        "this repository's measurement."
+        "Kumar et al. 2024, *Scaling Laws for Precision*): format P trains like bf16 with m_P × the "
+        "parameters. 95 % intervals: bootstrap over runs within each format. Rule: reproduced when m_P "
+        "falls with the bits per element, every width's intervals lying below every wider width's (the "
+        "plain W = A formats, bf16 at 16 bits with m = 1); partially when some neighbouring widths "
+        "separate so and none in the opposite order; else not."
     )
     if not lm.ran:
         doc.claim(title, NOT_RUN, rule, lm)
@@ -508,10 +574,17 @@ def law_section(doc: _Doc, lm: Source) -> None:
     except InsufficientData as e:
         doc.claim(title, NOT, f"{rule} Too few runs: {e}", lm)
         return
-    doc.claim(title, "measured", rule, lm)
+    table = lmstudy.law_table(df, fit, reference=ref)
+    order = lmstudy.bit_ordering(table, df)
+    if order.empty or order["reversed"].any() or not order["separated"].any():
+        verdict = NOT
+    else:
+        verdict = REPRODUCED if order["separated"].all() else PARTIAL
+    doc.claim(title, verdict, rule, lm)
     if fit.E < 1e-6:
         rule_note = (
-            f"E collapsed to ≈ 0 ({fit.E:.2g}): at 10⁴–10⁵ parameters and ≤ 3e11 FLOPs the data do not pin "
+            f"E collapsed to ≈ 0 ({fit.E:.2g}): at N = {si(df['N'].min())}–{si(df['N'].max())} and "
+            f"C ≤ {sci(df['budget'].max())} FLOPs the data do not pin "
             "the irreducible loss, so A, α and the m_P are conditional on E = 0. The paired Δ of 1.5 is "
             "the stronger test of a gap; an m_P interval containing 1 with a significant Δ means the "
             "bootstrap over runs is the weaker of the two."
@@ -522,8 +595,31 @@ def law_section(doc: _Doc, lm: Source) -> None:
         f"β = {fit.beta:.3f}; R² (log L) = {fit.r2:.4f} over {fit.n_runs} runs.",
         "",
     )
-    table = lmstudy.law_table(df, fit, reference=ref)
     doc.add(md_table(lmstudy.display_law_table(table, ref or "bf16")), "")
+    if not order.empty:
+        shown = order.assign(
+            pair=[f"{a} vs {b} bits" for a, b in zip(order["bits"], order["bits_wider"], strict=True)],
+            verdict=[
+                "below" if s else "above" if r else "overlap"
+                for s, r in zip(order["separated"], order["reversed"], strict=True)
+            ],
+        )
+        doc.add(
+            "Neighbouring element widths (plain formats): the narrower width's largest upper end against "
+            "the wider width's smallest lower end of the m_P intervals:",
+            "",
+            md_table(
+                shown[["pair", "labels", "labels_wider", "high", "low_wider", "verdict"]].rename(
+                    columns={
+                        "labels": "narrower",
+                        "labels_wider": "wider",
+                        "high": "upper end (narrower)",
+                        "low_wider": "lower end (wider)",
+                    }  # fmt: skip
+                )
+            ),
+            "",
+        )
     doc.add(*[f"- `{k}` left out of the fit: {why}" for k, why in excluded.items()], "")
     from analysis import plots
 
@@ -581,8 +677,9 @@ def blocksize_claims(doc: _Doc, bs: Source) -> None:
 
     title = "2.2 UE5M3 scales (and a per-tensor global scale) remove the inversion"
     rule = (
-        "Rule: reproduced when UE5M3's crossover σ* lies below 10⁻³ (far below trained weights' "
-        "σ ≈ 0.01–0.1) and UE4M3 with a global scale has no crossover in the σ range studied."
+        "Rule: reproduced when UE5M3's crossover σ* lies below 10⁻³ (an order of magnitude below the "
+        "σ of trained weights, measured below) and UE4M3 with a global scale has no crossover in the σ "
+        "range studied."
     )
     ue5 = [num(v.get("theory")) for k, v in cross.items() if k.startswith("ue5m3:")]
     glob = [num(v.get("theory")) for k, v in cross.items() if k.startswith("ue4m3_global:")]
@@ -591,6 +688,9 @@ def blocksize_claims(doc: _Doc, bs: Source) -> None:
     doc.claim(title, REPRODUCED if ok5 and okg else PARTIAL if ok5 or okg else NOT, rule, bs)
     doc.add(f"UE5M3 σ* (all block pairs): ≤ {np.nanmax(ue5) if ue5 else math.nan:.2g}; UE4M3 + global scale: "
             f"{'no crossover' if okg else 'crossovers present'}.", "")  # fmt: skip
+    sigma = ((s.get("weights") or {}).get("sigma_range")) or []
+    if len(sigma) == 2:
+        doc.add(f"The layers of all-MiniLM-L6-v2 have σ from {sigma[0]:.3g} to {sigma[1]:.3g}.", "")
 
     title = "2.3 The closed-form error model predicts the Monte Carlo"
     dev = num(s.get("max_abs_rel_dev_sigma_0.005_0.05", s.get("max_abs_rel_dev")))
@@ -602,27 +702,42 @@ def blocksize_claims(doc: _Doc, bs: Source) -> None:
 
 
 # -- the document ------------------------------------------------------------------------------------
-def write_results(root: str | Path = "outputs", out: str | Path = "docs/results.md") -> Path:
-    """Regenerate ``out`` from the records under ``root`` (the commands' default locations)."""
+def write_results(
+    root: str | Path = "outputs", out: str | Path = "docs/results.md", archives: str | Path | None = None
+) -> Path:
+    """Regenerate ``out`` from the records under ``root`` (the commands' default locations). A sweep
+    whose records are missing is first restored from ``archives`` (default: ``records/`` beside
+    ``out``); every sweep read from live records is packed there (``analysis.archive``), so the
+    document can be regenerated from a fresh checkout."""
+    from analysis import archive
+
     root, out = Path(root), Path(out)
+    archives = Path(archives) if archives is not None else out.parent / "records"
     sweeps = root / "sweeps"
     mech = _load("proxy_mechanism", "python launch.py -m experiment=proxy_mechanism && "
                  "python -m train.probe outputs/sweeps/proxy_mechanism",
-                 sweeps / "proxy_mechanism", with_curves=True)  # fmt: skip
+                 sweeps / "proxy_mechanism", archives, with_curves=True)  # fmt: skip
     late = _load("proxy_late_search", "python launch.py -m experiment=proxy_late_search",
-                 sweeps / "proxy_late_search", with_curves=True)  # fmt: skip
+                 sweeps / "proxy_late_search", archives, with_curves=True)  # fmt: skip
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
-                      sweeps / "proxy_canonical", with_curves=True)  # fmt: skip
-    lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions")
-    bs = Source("block_size_study", "python launch.py experiment=block_size_study",
-                root / "studies" / "block_size_study")  # fmt: skip
+                      sweeps / "proxy_canonical", archives, with_curves=True)  # fmt: skip
+    lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
+               archives)  # fmt: skip
+    bs_path = root / "studies" / "block_size_study"
+    bs = Source("block_size_study", "python launch.py experiment=block_size_study", bs_path,
+                archive=archive.archive_path(archives, "block_size_study"))  # fmt: skip
+    bs.restored = archive.restore(bs.archive, bs_path)
+    for src in (mech, late, canonical, lm, bs):
+        if src.ran and not src.restored:
+            archive.pack(src.path, archives, src.name)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = _Doc(out)
     doc.add(
         "# Results: reproducing the two studies at CPU scale",
         "",
-        "Generated by `python -m analysis results` from the run records under `outputs/` "
-        f"({dt.date.today().isoformat()}, commit {_git_rev()}); do not edit by hand. Each claim states its "
+        "Generated by `python -m analysis results` from the run records under `outputs/` (restored from "
+        f"their archives in `{_rel(archives)}` where a fresh checkout has none; "
+        f"{dt.date.today().isoformat()}, commit {_git_rev()}); do not edit by hand. Each claim states its "
         "rule, the verdict that rule gives on the records, the numbers, a figure, and the command that "
         "made the records with its wall time on this 2-core machine (several sweeps shared the cores, so "
         "times are upper bounds). Rerun the commands, then `python -m analysis results`, to regenerate.",

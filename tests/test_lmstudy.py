@@ -251,6 +251,42 @@ def test_fit_law_recovers_multipliers_and_law_table(law_fit):
     assert no_fit["m_P"].isna().all() and no_fit["delta"].notna().sum() == 4
 
 
+def test_bit_ordering_on_the_recovered_law(law_fit):
+    """m_P falls with the element width on synthetic data with m(fp4) = 0.45 < m(fp8) < 1: fp4's interval
+    lies below fp8's; the hybrids (not plain W = A formats) are left out."""
+    df, fit, _ = law_fit
+    order = lmstudy.bit_ordering(lmstudy.law_table(df, fit), df)
+    assert list(zip(order["bits"], order["bits_wider"], strict=True)) == [(4, 8), (8, 16)]
+    four = order.iloc[0]
+    assert four["labels"] == "mxfp4_e2m1" and four["labels_wider"] == "mxfp8_e4m3"
+    assert four["separated"] and not four["reversed"] and four["high"] < four["low_wider"]
+    assert "bf16a" not in ",".join(order["labels"]) and "fwd" not in ",".join(order["labels_wider"])
+
+
+def test_bit_ordering_says_separated_overlap_and_reversed():
+    df = pd.DataFrame(
+        {
+            "label": ["bf16", "a4", "b4", "c6", "d8"],
+            "w": ["bf16", "fp4_e2m1", "nvfp4", "fp6_e2m3", "fp8_e4m3"],
+            "a": ["bf16", "fp4_e2m1", "nvfp4", "fp6_e2m3", "fp8_e4m3"],
+        }
+    )
+    table = pd.DataFrame(
+        {
+            "label": df["label"],
+            "reference": [True, False, False, False, False],
+            "hybrid": False,
+            "ci_low": [1.0, 0.3, 0.35, 0.6, 0.5],
+            "ci_high": [1.0, 0.4, 0.5, 0.9, 0.55],
+        }
+    )
+    order = lmstudy.bit_ordering(table, df).set_index("bits")
+    assert order.loc[4, "labels"] == "a4, b4" and order.loc[4, "separated"]  # 0.5 < 0.6
+    assert order.loc[6, "reversed"] and not order.loc[6, "separated"]  # 8-bit [0.5, 0.55] below 6-bit's 0.6
+    assert order.loc[8, "separated"]  # 0.55 < 1 (bf16)
+    assert lmstudy.element_bits("nvfp4") == 4 and np.isnan(lmstudy.element_bits("nope"))
+
+
 def test_fit_law_leaves_out_labels_with_one_point():
     df = frame(noise=0.001, seed_sd=0.002)
     lone = df[df["sweep.precision"] == "mxfp4_e2m1"].iloc[:3]  # 3 seeds of one (N, D)

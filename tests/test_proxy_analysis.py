@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 
 import launching
 import numpy as np
@@ -37,9 +38,8 @@ def _run(run, label, seed, *, final, twin=None, status="done", spike=None, recov
     }
 
 
-@pytest.fixture
-def runs() -> pd.DataFrame:
-    rows = [
+def _rows() -> list[dict]:
+    return [
         _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03, spike=300, recovered=False),  # 3× its twin
         _run("ln_s1", "mx_ln", 1, final=math.nan, twin=0.03, status="diverged", spike=None),
         _run("ln_s2", "mx_ln", 2, final=0.04, twin=0.03, twin_diverged=900),  # fine, but its twin diverged
@@ -47,7 +47,11 @@ def runs() -> pd.DataFrame:
         _run("b_s0", "mx_ln→no_mx@200", 0, final=0.032, parent="ln_s0", branch_step=200),
         _run("b2_s0", "mx_ln→bf16_acts@200", 0, final=0.07, parent="ln_s0", branch_step=200),
     ]
-    return proxy.proxy_runs(pd.DataFrame(rows))
+
+
+@pytest.fixture
+def runs() -> pd.DataFrame:
+    return proxy.proxy_runs(pd.DataFrame(_rows()))
 
 
 def test_verdicts_against_the_twin(runs):
@@ -70,6 +74,44 @@ def test_outcome_tables(runs):
     b = proxy.branch_outcomes(runs).set_index("intervention")
     assert b.loc["no_mx", "avoided blow-up"] == 1 and b.loc["bf16_acts", "blew up"] == 1
     assert b.loc["no_mx", "parents that blew up"] == 1
+
+
+def test_branch_points_by_the_sweepers_rule():
+    """Branches of ln_s0 (first spike at 300, checkpoints every 100) at 0.4 × → step 100 and 0.75 × →
+    step 200: each branch gets the fraction that put it there; outcomes are grouped by it."""
+    rows = [
+        *_rows(),
+        _run("b3_s0", "mx_ln→no_mx@100", 0, final=0.031, parent="ln_s0", branch_step=100),
+        _run("b4_s0", "mx_ln→no_mx@150", 0, final=0.031, parent="ln_s0", branch_step=150),
+    ]
+    runs = proxy.proxy_runs(pd.DataFrame(rows).assign(**{"train.ckpt_every": 100}))
+    both = proxy.with_branch_points(runs, [0.75, 0.4]).set_index("run")
+    assert both.loc["b_s0", "branch_at"] == 0.75 and both.loc["b3_s0", "branch_at"] == 0.4
+    assert np.isnan(both.loc["b4_s0", "branch_at"]) and np.isnan(both.loc["ln_s0", "branch_at"])
+    b = proxy.branch_outcomes(both.reset_index())
+    assert list(zip(b["branch at (× spike step)"], b["intervention"], strict=True))[:3] == [
+        (0.4, "no_mx"),
+        (0.75, "no_mx"),
+        (0.75, "bf16_acts"),
+    ]
+    assert (
+        "branch_at" in proxy.with_branch_points(runs, None)
+        and proxy.with_branch_points(runs, [])["branch_at"].isna().all()
+    )
+
+
+def test_branch_fraction_is_the_inverse_of_spike_branch_step():
+    from records import branch_fraction, spike_branch_step
+
+    for spike in (300, 346, 996, 1615):
+        for f in (0.4, 0.75):
+            k = spike_branch_step({"spike_step": spike}, f, 100)
+            if k is not None:
+                assert branch_fraction({"spike_step": spike}, k, 100, [0.75, 0.4]) in (0.4, 0.75)
+    assert branch_fraction({"spike_step": 300}, 100, 100, [0.4, 0.75]) == 0.4
+    assert branch_fraction({"diverged_step": 300}, 200, 100, [0.4, 0.75]) == 0.75
+    assert branch_fraction({"spike_step": 300}, 150, 100, [0.4, 0.75]) is None
+    assert branch_fraction(None, 100, 100, [0.4]) is None
 
 
 def test_onset_and_the_mechanism_window():
@@ -129,3 +171,9 @@ def test_results_document_from_real_records(tmp_path):
         assert (tmp_path / "docs" / "figures" / name).stat().st_size > 10_000
     if runs["parent"].notna().any():
         assert (tmp_path / "docs" / "figures" / "proxy_branches.png").exists()
+    # a fresh checkout has the archives, not the records: the same document comes back from them
+    archived = sorted(p.name for p in (tmp_path / "docs" / "records").iterdir())
+    assert archived == ["block_size_study.tar.xz", "proxy_mechanism.tar.xz"]
+    shutil.rmtree(root)
+    again = write_results(root, tmp_path / "docs" / "results.md")
+    assert again.read_text() == text and (root / "sweeps" / "proxy_mechanism").is_dir()
