@@ -61,12 +61,18 @@ def main(cfg: DictConfig) -> dict | None:
         msg = f"this job's config hashes to {run_id(run)}, the sweep planned {planned}"
         print(f"error: {msg}; the job's overrides do not reproduce the planned run (a bug)", file=sys.stderr)
         sys.exit(2)
-    summary = job.finished(run)
+    summary, hooks = job.finished(run), None
     if summary is None:
-        with job.running(run.out_dir):
-            hooks = default_hooks(run)
-            summary = train(run, make_task(run), hooks)
-        signum = job.requested_signal(hooks) if summary["status"] == "interrupted" else None
+        try:
+            with job.running(run.out_dir):
+                summary = job.finished(run)  # another launcher may have finished it just before
+                if summary is None:
+                    hooks = default_hooks(run)
+                    summary = train(run, make_task(run), hooks)
+        except job.RunHeld as e:  # another launcher trains it right now: never twice at once
+            print(f"skipped: {e}", file=sys.stderr, flush=True)
+            return {"status": "held", "holder": e.holder}
+        signum = job.requested_signal(hooks) if hooks and summary["status"] == "interrupted" else None
         if signum is not None:
             print(f"run record: {run.out_dir} (interrupted by signal {signum}; checkpointed)", flush=True)
             job.hand_back(signum)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from analysis.collect import RecordWarning, collect, curves, export, find_records, study_records
+from analysis.collect import collect, curves, export, find_records, study_records
 from analysis.fits import (
     ChinchillaFit,
     InsufficientData,
@@ -25,6 +25,7 @@ from analysis.fits import (
 )
 from analysis.instability import clip_summary, instability_map
 from analysis.isoflop import Frontier, compute_multipliers, fit_frontiers, isoflop_minima, reference_precision
+from records import RecordWarning
 
 _LAZY = {"write_report": ("analysis.report", "write_report")}
 _SUBMODULES = ("blocksize", "plots", "report")

@@ -43,12 +43,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
-SUMMARY, CONFIG, METRICS, MANIFEST = "summary.json", "config.yaml", "metrics.jsonl", "manifest.json"
+from records import CONFIG, MANIFEST, METRICS, SUMMARY, RecordWarning, read_mapping, read_metrics
+
 _SKIP_DIRS = {"ckpt", "__pycache__", "figures"}
-# libyaml's parser when PyYAML was built with it (the wheels are), else PyYAML's pure-Python one.
-_Loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 
 # Mirrors train.config.PrecisionConfig's defaults (a test keeps the two in step); analysis never
 # imports torch.
@@ -87,15 +85,7 @@ BUDGET_KEYS = ("sweep.C", "budget", "budget.flops", "sweep.budget", "train.budge
 _SUMMARY_SKIP = {"precision", "policy_final", "versions", "git"}
 
 
-class RecordWarning(UserWarning):
-    """A run record that could not be read (it is skipped, never fatal)."""
-
-
 _TRAIN_KINDS = (None, "train", "run")  # a record's ``kind`` for a training run (None: older records)
-
-
-def _warn(path: Path, why: str) -> None:
-    warnings.warn(f"skipping {path}: {why}", RecordWarning, stacklevel=3)
 
 
 def find_records(sweep_dir: str | Path) -> list[Path]:
@@ -124,7 +114,7 @@ def manifest_coords(manifests: list[Path]) -> dict[str, dict[str, Any]]:
     nominal budget ``C``, precision label, seed, swept params …)."""
     out: dict[str, dict[str, Any]] = {}
     for path in manifests:
-        manifest = _read_mapping(path, "JSON")
+        manifest = read_mapping(path, "JSON")
         if not manifest:
             continue
         lists = [manifest.get(key) for key in ("earlier", "runs")]
@@ -133,26 +123,6 @@ def manifest_coords(manifests: list[Path]) -> dict[str, dict[str, Any]]:
             if isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("coords"), dict):
                 out[os.path.abspath(path.parent / r["name"])] = r["coords"]
     return out
-
-
-def _read_mapping(path: Path, kind: str) -> dict[str, Any] | None:
-    """The JSON object or YAML mapping (``kind``) in ``path``; None, with a warning, if it is not one."""
-    parse, errors = _PARSERS[kind]
-    try:
-        obj = parse(path.read_text())
-    except (OSError, UnicodeDecodeError, *errors) as e:
-        _warn(path, f"unreadable {kind} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-        return None
-    if not isinstance(obj, dict):
-        _warn(path, f"expected a {kind} mapping, got {type(obj).__name__}")
-        return None
-    return obj
-
-
-_PARSERS = {
-    "JSON": (json.loads, (json.JSONDecodeError,)),
-    "YAML": (lambda text: yaml.load(text, Loader=_Loader), (yaml.YAMLError,)),
-}
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -196,13 +166,13 @@ def precision_fields(prec: dict[str, Any] | None) -> dict[str, Any]:
 def _row(run_dir: Path, root: Path, coords: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     summary = config = None
     if (run_dir / SUMMARY).exists():
-        summary = _read_mapping(run_dir / SUMMARY, "JSON")
+        summary = read_mapping(run_dir / SUMMARY, "JSON")
         if summary is None:
             return None
         if summary.get("kind") not in _TRAIN_KINDS:
             return None  # a study record (see study_records), not a training run
     if (run_dir / CONFIG).exists():
-        config = _read_mapping(run_dir / CONFIG, "YAML")
+        config = read_mapping(run_dir / CONFIG, "YAML")
         if config is None:
             return None
     if summary is None and config is None:
@@ -312,36 +282,10 @@ def study_records(sweep_dir: str | Path, kind: str) -> list[tuple[Path, dict[str
         if (d / SUMMARY).exists():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RecordWarning)  # collect warns about these already
-                summary = _read_mapping(d / SUMMARY, "JSON")
+                summary = read_mapping(d / SUMMARY, "JSON")
             if summary is not None and summary.get("kind") == kind:
                 out.append((d, summary))
     return out
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of one metrics.jsonl; malformed lines are dropped with one warning naming the file."""
-    path = Path(path)
-    rows, bad = [], []
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        _warn(path, f"unreadable ({type(e).__name__})")
-        return []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad.append(i)
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            bad.append(i)
-    if bad:
-        warnings.warn(f"{path}: dropped malformed line(s) {bad[:5]}", RecordWarning, stacklevel=2)
-    return rows
 
 
 RUN_COORDS = ("precision", "pair", "fwd_only", "N", "tokens_per_param", "budget", "status", "unstable")

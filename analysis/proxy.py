@@ -138,7 +138,7 @@ def _clip_mean(rows: pd.DataFrame) -> pd.Series:
 
 def probes(runs: pd.DataFrame) -> pd.DataFrame:
     """The rows of every run's ``probe.jsonl`` (``train.probe``), with the run's ``run`` column."""
-    from analysis.collect import read_metrics
+    from records import read_metrics
 
     rows = []
     for run, path in zip(runs["run"], runs["path"], strict=True):

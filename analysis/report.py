@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import instability, isoflop
-from analysis.collect import RecordWarning, collect, curves, export, parquet_safe, study_records
+from analysis.collect import collect, curves, export, parquet_safe, study_records
 from analysis.fits import MIN_RUNS, ChinchillaFit, InsufficientData, fit_chinchilla
+from records import RecordWarning
 
 BLOCKSIZE_KIND = "block_size_study"
 

@@ -30,9 +30,10 @@ import pandas as pd
 import yaml
 
 from analysis import proxy
-from analysis.collect import RecordWarning, collect, curves, study_records
+from analysis.collect import collect, curves, study_records
 from analysis.instability import sci, si
 from analysis.report import md_table
+from records import RecordWarning
 
 REPRODUCED, PARTIAL, NOT, NOT_RUN = "reproduced", "partially reproduced", "not reproduced", "not run here"
 

@@ -2,13 +2,42 @@
 here (``train``, ``sweeper``, ``analysis``, ``quant.native``'s kernel cache). Floor 1 of the layout:
 it imports nothing from the rest of mxsweep.
 
-Today it owns the atomic write (``atomic``), standard JSON (``jsonio``) and where a branch starts
-(``branching``); the run identity, the run lock, the tolerant readers and the precision label move
-here next (issue 11).
+It owns the atomic write (``atomic``), standard JSON (``jsonio``), the run identity (``identity``),
+the tolerant readers (``readers``) and where a branch starts (``branching``); the run lock and the
+precision label are still to move here (issue 11).
 """
 
 from records.atomic import atomic_write
 from records.branching import branch_fraction, spike_branch_step
+from records.identity import NOT_IDENTITY, identity, identity_of, run_id
 from records.jsonio import dumps, finite
+from records.readers import (
+    CONFIG,
+    MANIFEST,
+    METRICS,
+    SUMMARY,
+    RecordWarning,
+    read_mapping,
+    read_metrics,
+    read_summary,
+)
 
-__all__ = ["atomic_write", "branch_fraction", "dumps", "finite", "spike_branch_step"]
+__all__ = [
+    "CONFIG",
+    "MANIFEST",
+    "METRICS",
+    "NOT_IDENTITY",
+    "SUMMARY",
+    "RecordWarning",
+    "atomic_write",
+    "branch_fraction",
+    "dumps",
+    "finite",
+    "identity",
+    "identity_of",
+    "read_mapping",
+    "read_metrics",
+    "read_summary",
+    "run_id",
+    "spike_branch_step",
+]

@@ -15,19 +15,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from records import atomic_write, dumps
+from records import atomic_write, dumps, read_summary
 from sweeper.job import MARKER, is_running
 from sweeper.table import format_table, num, sci
 
 STATUSES = ("done", "diverged", "failed", "interrupted", "running", "pending")
 MANIFEST = "manifest.json"
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def run_status(run_dir: str | Path) -> str:

@@ -304,7 +304,17 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
     write_manifest(sweep.sweep_dir, _manifest(sweep, decisions, outcome, jobs, earlier))
     counts = {s: sum(1 for v in outcome.values() if v == s) for s in STATUSES}
     print(f"{counts_line(counts)}; details: python launch.py --status {sweep.sweep_dir}")
-    bad = [d for d in decisions if d.launch and outcome[d.planned.name] not in ("done", "diverged")]
+    held = [d for d in decisions if d.launch and outcome[d.planned.name] == "running"]
+    if held:  # another launcher holds them (records.lock): they were not trained twice
+        print(
+            f"{len(held)} run(s) are being trained by another launcher right now and were skipped here: "
+            + ", ".join(d.planned.name for d in held[:3])
+            + (" …" if len(held) > 3 else ""),
+            file=sys.stderr,
+        )
+    bad = [
+        d for d in decisions if d.launch and outcome[d.planned.name] not in ("done", "diverged", "running")
+    ]
     if bad:
         rows = [[d.planned.name, outcome[d.planned.name], _error(d.planned, errors)] for d in bad]
         print(

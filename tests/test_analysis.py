@@ -21,13 +21,13 @@ import analysis
 from analysis import fits, instability, isoflop
 from analysis.collect import (
     PRECISION_DEFAULTS,
-    RecordWarning,
     collect,
     curves,
     export,
     group_budgets,
     precision_fields,
 )
+from records import RecordWarning
 
 # ----------------------------------------------------------------------------------------------
 # Synthetic records in the real layout (train.record): config.yaml, summary.json, metrics.jsonl.

@@ -3,6 +3,7 @@ through."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -88,3 +89,146 @@ def test_a_diverged_run_writes_standard_json(tmp_path):
     for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
         assert _strict(line)["loss"] is None
     assert _strict((tmp_path / "summary.json").read_text())["final_val_loss"] is None
+
+
+# -- tolerant readers (issue 11, defect 3) -----------------------------------------------------------
+
+
+def test_metrics_reader_skips_damage_and_names_the_lines(tmp_path):
+    from records import RecordWarning, read_metrics
+
+    good = '{"step": 1, "loss": 2.0}\n'
+    (tmp_path / "metrics.jsonl").write_bytes(
+        good.encode()
+        + b'{"step": "abc", "loss": 1.0}\n'  # no whole-number step: dropped
+        + b'{"step": 5, "loss": "x", "lr": 0.1}\n'  # text where a number lives: blanked
+        + b'{"step": 6, "loss": 1.\xff5}\n'  # not UTF-8: that line only
+        + b"[1, 2]\n"
+        + b'{"step": 7, "loss": NaN}\n'  # older records: kept as Python wrote them
+        + b'{"step": 8, "lo'  # the torn last line of a killed writer: dropped, named
+    )
+    with pytest.warns(RecordWarning) as caught:
+        rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 5, 7] and rows[1] == {"step": 5, "loss": None, "lr": 0.1}
+    (msg,) = [str(w.message) for w in caught]
+    assert "metrics.jsonl" in msg and "2 (no whole-number step)" in msg and "3 (loss is not a number)" in msg
+    assert "4 (not JSON)" in msg and "6 (" not in msg and "7 (not JSON)" in msg
+
+
+@pytest.mark.parametrize("text", [b"[1, 2, 3]", b"{not json", b'{"status": "done"\xff}', b""])
+def test_an_unreadable_summary_is_none_with_a_warning(tmp_path, text):
+    from records import RecordWarning, read_summary
+
+    (tmp_path / "summary.json").write_bytes(text)
+    with pytest.warns(RecordWarning, match="summary.json"):
+        assert read_summary(tmp_path) is None
+    assert read_summary(tmp_path / "nowhere") is None
+
+
+def test_status_and_relaunch_survive_a_damaged_summary(tmp_path):
+    """summary.json = [1,2,3] crashed --status and every relaunch (AttributeError); invalid JSON
+    crashed every relaunch. Now: --status lists the run, and the relaunch resumes it to the end."""
+    from launching import launch
+
+    out = tmp_path / "run"
+    args = ["task=proxy", "model.width=16", "model.depth=1", "train.steps=6", "train.eval_every=3",
+            "train.ckpt_every=3", "logger=disabled", f"out_dir={out}"]  # fmt: skip
+    assert launch(*args).returncode == 0
+    for text in ("[1, 2, 3]", "{not json"):
+        (out / "summary.json").write_text(text)
+        st = launch("--status", str(tmp_path))
+        assert st.returncode == 0 and "Traceback" not in st.stderr and "run" in st.stdout, st.stderr
+        r = launch(*args)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        assert _strict((out / "summary.json").read_text())["status"] == "done"
+
+
+def test_a_copied_sweep_resumes_in_its_new_place(tmp_path):
+    """Issue 11, defect 4: cp -r a sweep, delete one summary, relaunch into the copy: the run resumes
+    (paths are not identity; config.yaml's out_dir and a branch's parent path may differ)."""
+    import shutil
+
+    from launching import launch
+
+    from records import identity_of
+
+    one = ["-m", "experiment=smoke", "sweep.progress=false", "logger=disabled",
+           "sweep.precisions=[{name:mxfp8,w:fp8_e4m3,a:fp8_e4m3}]",
+           "budget.ladder=[{depth:1,d_model:32,n_heads:2}]", "budget.flops=[1e9]"]  # fmt: skip
+    r = launch(*one, f"hydra.sweep.dir={tmp_path / 'a'}")
+    assert r.returncode == 0, r.stderr
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    (run,) = [p for p in (tmp_path / "b").iterdir() if (p / "summary.json").exists()]
+    (run / "summary.json").unlink()
+    r = launch(*one, f"hydra.sweep.dir={tmp_path / 'b'}")
+    assert r.returncode == 0 and "different config" not in r.stderr, r.stderr
+    assert _strict((run / "summary.json").read_text())["status"] == "done"
+    assert identity_of({"out_dir": "/x", "train": {"branch_from": "/old/sweep/p_1234"}}) == identity_of(
+        {"out_dir": "/y", "train": {"branch_from": "/new/place/p_1234/"}}
+    )
+
+
+# -- the run lock (issue 11, defect 1) -------------------------------------------------------------
+
+
+def test_the_run_lock_is_exclusive_and_breaks_only_stale_locks(tmp_path):
+    import json
+    import os
+    import socket
+    import time
+
+    from records import lock
+
+    with lock.hold(tmp_path) as mine:
+        assert lock.holder(tmp_path)["token"] == mine["token"]
+        with pytest.raises(lock.RunHeld, match=f"pid {os.getpid()} on {socket.gethostname()}"):
+            with lock.hold(tmp_path):
+                pass
+    assert not (tmp_path / lock.MARKER).exists() and lock.holder(tmp_path) is None
+
+    marker = tmp_path / lock.MARKER
+    dead = {"host": socket.gethostname(), "pid": 2**22 + 12345, "job": None, "started": 0, "token": "x"}
+    marker.write_text(json.dumps(dead))  # a holder on this host whose pid is gone
+    assert lock.holder(tmp_path) is None
+    with lock.hold(tmp_path) as mine:
+        assert json.loads(marker.read_text())["token"] == mine["token"]
+
+    elsewhere = {**dead, "host": "another-node", "pid": 1}
+    marker.write_text(json.dumps(elsewhere))  # another host: only the heartbeat can tell
+    with pytest.raises(lock.RunHeld, match="another-node"):
+        with lock.hold(tmp_path):
+            pass
+    old = time.time() - lock.STALE_S - 5
+    os.utime(marker, (old, old))
+    with lock.hold(tmp_path):
+        pass
+    assert not marker.exists() and not list(tmp_path.glob(".running.json.stale-*"))
+
+
+def test_two_launchers_on_one_sweep_never_train_a_run_twice(tmp_path):
+    """The issue's reproduction: the same sweep started twice, one second apart. Each run is trained by
+    one launcher (no duplicated metric steps), the other says it skipped it, both exit 0."""
+    import subprocess
+    import sys
+    import time
+
+    from launching import REPO, child_env
+
+    cmd = [sys.executable, "launch.py", "-m", "experiment=smoke", "budget.flops=[1e10]",
+           "budget.ratio_max=100", "train.ckpt_every=20", "logger=disabled", "sweep.progress=false",
+           f"hydra.sweep.dir={tmp_path / 'twice'}"]  # fmt: skip
+    first = subprocess.Popen(
+        cmd, cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(1)
+    second = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=900)
+    out, err = first.communicate(timeout=900)
+    assert first.returncode == 0, err[-2000:]
+    assert second.returncode == 0, second.stderr[-2000:]
+    runs = [p for p in (tmp_path / "twice").iterdir() if (p / "metrics.jsonl").exists()]
+    assert runs
+    for run in runs:
+        steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert len(steps) == len(set(steps)), f"{run.name} trained twice"
+        assert json.loads((run / "summary.json").read_text())["status"] == "done"
+    assert "skipped: " in err + second.stderr

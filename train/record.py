@@ -9,8 +9,9 @@
 
 A run whose summary is final (``done`` or ``diverged``) is never silently overwritten: ``prepare``
 raises unless ``overwrite=True``, which clears the directory first. A run directory holding a
-different config is refused too, so a resume can never mix two configurations. ``NOT_IDENTITY``
-lists what a resume may change (the logger, the device, the corpus cache directory).
+different config is refused too, so a resume can never mix two configurations; "different" is
+``records.identity``'s one definition (where the run is written and watched is not part of it, so a
+copied or moved sweep resumes). Reading records is ``records.readers``' (tolerant) job.
 
 With DDP only rank 0 writes here (``train.loop``).
 """
@@ -29,14 +30,11 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from records import atomic_write, dumps
+from records import atomic_write, dumps, identity_of, read_metrics, read_summary
 
 FINAL = ("done", "diverged")
 TIMINGS = ("step_time", "twin_time")
 """metrics.jsonl keys that are wall-clock measurements: they differ between otherwise identical runs."""
-NOT_IDENTITY = ("logger", "train.device", "data.data_dir")
-"""Config keys that may differ between a run and its resume: where it logs, which device it runs on
-(e.g. cuda:0 → cuda:1 after a requeue) and where the corpus is cached."""
 
 
 def config_yaml(run: Any) -> str:
@@ -54,11 +52,6 @@ def _plain(x: Any) -> Any:
     if x is None or isinstance(x, bool | int | float | str):
         return x
     return str(x)
-
-
-def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
-    path = Path(run_dir) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def prepare(run_dir: str | Path, run: Any, overwrite: bool = False) -> None:
@@ -81,27 +74,14 @@ def prepare(run_dir: str | Path, run: Any, overwrite: bool = False) -> None:
 
 
 def _identity(text: str) -> dict[str, Any]:
-    cfg = OmegaConf.to_container(OmegaConf.create(text))
-    for key in NOT_IDENTITY:
-        *parents, leaf = key.split(".")
-        node = cfg
-        for name in parents:
-            node = node.get(name) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-    return cfg
+    """The identity (``records.identity_of``) of a config.yaml's text: what a resume must match.
+    Where the run is written and watched is not part of it, so a copied or moved sweep resumes."""
+    return identity_of(OmegaConf.to_container(OmegaConf.create(text)))
 
 
 def append_metrics(run_dir: str | Path, row: dict[str, Any]) -> None:
     with open(Path(run_dir) / "metrics.jsonl", "a") as f:
         f.write(dumps(row) + "\n")
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def truncate_metrics(run_dir: str | Path, step: int) -> None:
@@ -152,3 +132,17 @@ def _git() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         return {"revision": None, "dirty": None}
     return {"revision": rev or None, "dirty": bool(dirty) if rev else None}
+
+
+__all__ = [
+    "FINAL",
+    "TIMINGS",
+    "append_metrics",
+    "config_yaml",
+    "environment",
+    "prepare",
+    "read_metrics",
+    "read_summary",
+    "truncate_metrics",
+    "write_summary",
+]
