@@ -240,8 +240,9 @@ def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
 def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     """Per intervention (and per branch point, where ``runs`` has ``with_branch_points``' column):
     branches, how many avoided the blow-up (stable: ended < 2× the parents' twin, no divergence, no
-    unrecovered spike), against the parents they came from (which blew up how often)."""
-    branches = runs[runs["parent"].notna()]
+    unrecovered spike), against the parents they came from (which blew up how often). Only finished
+    branches (done or diverged) count: one still running or interrupted has no outcome yet."""
+    branches = runs[runs["parent"].notna() & runs["status"].isin(["done", "diverged"])]
     if branches.empty:
         return pd.DataFrame()
     blew = dict(zip(runs["run"], runs["blew_up"], strict=True))

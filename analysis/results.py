@@ -299,7 +299,8 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
     if b.empty:
         doc.claim(title, NOT_RUN, rule, mech)
     else:
-        branches = runs[runs["parent"].notna()]
+        branches = runs[runs["parent"].notna() & runs["status"].isin(["done", "diverged"])]
+        unfinished = int((runs["parent"].notna()).sum()) - len(branches)
         blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
         hot = branches[branches["parent"].map(blew).astype(bool)]
         first = hot["branch_at"].min() if hot["branch_at"].notna().any() else None
@@ -310,6 +311,11 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
         verdict = REPRODUCED if paper and len(good) == len(paper) else PARTIAL if good else NOT
         doc.claim(title, verdict, rule, mech)
         doc.add(md_table(b), "")
+        if unfinished:
+            doc.add(
+                f"{unfinished} planned branches had not finished when this was generated; they are left out.",
+                "",
+            )
         groups = hot.groupby("branch_at") if hot["branch_at"].notna().any() else [(None, hot)]
         for point, g in groups:
             nomx = g[g["variant"] == "no_mx"]

@@ -177,3 +177,10 @@ def test_results_document_from_real_records(tmp_path):
     shutil.rmtree(root)
     again = write_results(root, tmp_path / "docs" / "results.md")
     assert again.read_text() == text and (root / "sweeps" / "proxy_mechanism").is_dir()
+
+
+def test_unfinished_branches_have_no_outcome():
+    rows = [*_rows(), _run("b5_s0", "mx_ln→fwd_only@200", 0, final=math.nan, parent="ln_s0", branch_step=200,
+                           status="interrupted")]  # fmt: skip
+    b = proxy.branch_outcomes(proxy.proxy_runs(pd.DataFrame(rows)))
+    assert "fwd_only" not in set(b["intervention"]) and b["branches"].sum() == 2
