@@ -17,7 +17,7 @@ from typing import Any
 
 from records import atomic_write, dumps, read_summary
 from sweeper.job import MARKER, is_running
-from sweeper.table import format_table, num, sci
+from sweeper.table import format_table, loss, num, sci
 
 STATUSES = ("done", "diverged", "failed", "interrupted", "running", "pending")
 MANIFEST = "manifest.json"
@@ -71,7 +71,11 @@ def scan(sweep_dir: str | Path) -> list[dict[str, Any]]:
     manifest = read_manifest(sweep_dir) or {}
     planned = {r["name"]: r for r in planned_runs(manifest)}
     names = list(planned)
-    names += sorted(p.name for p in sweep_dir.iterdir() if p.name not in planned and _is_run_dir(p))
+    names += sorted(
+        p.name
+        for p in sweep_dir.iterdir()
+        if p.name not in planned and not p.name.startswith(".") and _is_run_dir(p)  # not .hydra, .submitit
+    )
     rows = []
     for name in names:
         run_dir = sweep_dir / name
@@ -124,7 +128,7 @@ def report(sweep_dir: str | Path) -> str:
             num(r.get("d")),
             num(r.get("L")),
             f"{num(r['step'])}/{num(r['steps'])}",
-            num(r["final_val_loss"]),
+            loss(r["final_val_loss"]),
             num(r["spike_step"]),
         ]  # fmt: skip
         for r in rows

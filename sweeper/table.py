@@ -25,6 +25,13 @@ def num(x: Any) -> str:
     return f"{x:.3g}"
 
 
+def loss(x: Any) -> str:
+    """Losses to 4 significant digits: precisions differ by 0.003–0.02, so 3 would hide them."""
+    if x is None or isinstance(x, bool) or not isinstance(x, int | float):
+        return "-" if x is None else str(x)
+    return f"{x:.4g}"
+
+
 def sci(x: Any) -> str:
     """FLOPs and budgets: 3e8, 4.37e17."""
     if x is None:

@@ -25,6 +25,7 @@ from sweeper.grid import PlannedRun
 from sweeper.identity import run_id
 from sweeper.status import counts, run_status, scan
 from sweeper.sweep import decide
+from sweeper.table import loss as num_loss
 from train import record
 from train.config import PrecisionConfig, RunConfig, TrainConfig
 
@@ -275,6 +276,26 @@ def test_status_counts_and_table(smoke):
         )
     r = launch("--status", str(sweep_dir / "nope"))
     assert r.returncode == 2 and r.stderr.startswith("error:")
+    summary = json.loads(next(sweep_dir.glob("*/summary.json")).read_text())
+    shown = f"{summary['final_val_loss']:.4g}"  # 4 significant digits: precisions differ by 0.003–0.02
+    assert shown in launch("--status", str(sweep_dir)).stdout
+    assert num_loss(0.0123456) == "0.01235" and num_loss(2.71828) == "2.718" and num_loss(None) == "-"
+
+
+def test_status_of_a_run_directory_does_not_list_hydra_files(tmp_path):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("a: 1\n")
+    (run / "config.yaml").write_text("a: 1\n")
+    names = [r["name"] for r in scan(run)]
+    assert ".hydra" not in names
+
+
+def test_help_names_mxsweeps_commands():
+    r = launch("--help")
+    assert r.returncode == 0
+    for text in ("--status", "-m experiment=", "sweep.dry_run=true", "python -m analysis results"):
+        assert text in r.stdout, text
 
 
 def test_rerun_failed(tmp_path, smoke):
