@@ -1,6 +1,6 @@
 """Run records → tidy pandas frames: ``collect`` (one row per run) and ``curves`` (one row per logged step).
 
-A run record is a directory holding ``summary.json`` and/or ``config.yaml`` (``train.record``), at any
+A run record is a directory holding ``summary.json`` and/or ``config.yaml`` (``records.run``), at any
 depth under the sweep directory. Hidden directories (Hydra's ``.hydra/``) and ``ckpt/`` are never
 searched. A record whose summary names a ``kind`` (e.g. ``"block_size_study"``) is not a training
 run: ``collect`` leaves it out and ``study_records`` returns it.

@@ -2,9 +2,10 @@
 here (``train``, ``sweeper``, ``analysis``, ``quant.native``'s kernel cache). Floor 1 of the layout:
 it imports nothing from the rest of mxsweep.
 
-It owns the atomic write (``atomic``), standard JSON (``jsonio``), the run identity (``identity``),
-the tolerant readers (``readers``) and where a branch starts (``branching``); the run lock and the
-precision label are still to move here (issue 11).
+It owns the run directory (``run``: config.yaml, metrics.jsonl, summary.json, the environment),
+the atomic write (``atomic``), standard JSON (``jsonio``), the run identity (``identity``), the
+tolerant readers (``readers``), the run lock (``lock``) and where a branch starts (``branching``);
+the precision defaults and label are still to move here (issue 11).
 """
 
 from records.atomic import atomic_write

@@ -47,7 +47,7 @@ def is_running(out_dir: str | Path) -> bool:
 
 def finished(run: Any) -> dict[str, Any] | None:
     """The summary of ``run.out_dir`` if it is a final record (done, diverged) of this same config."""
-    from train import record
+    from records import run as record
 
     summary = record.read_summary(run.out_dir)
     if summary is None or summary.get("status") not in record.FINAL:

@@ -30,7 +30,7 @@ from analysis.collect import (
 from records import RecordWarning
 
 # ----------------------------------------------------------------------------------------------
-# Synthetic records in the real layout (train.record): config.yaml, summary.json, metrics.jsonl.
+# Synthetic records in the real layout (records.run): config.yaml, summary.json, metrics.jsonl.
 
 TOKENS_PER_STEP = 4096
 
@@ -41,9 +41,9 @@ def law(N, D, E, A, B, alpha, beta):
 
 @functools.cache
 def _config_template(w: str, a: str, fwd_only: bool) -> str:
-    """config.yaml exactly as train.record writes it for an LM run (placeholders for per-run values)."""
+    """config.yaml exactly as records.run writes it for an LM run (placeholders for per-run values)."""
     from models import LMConfig
-    from train import record
+    from records import run as record
     from train.config import PrecisionConfig, RunConfig, TrainConfig
     from train.data import DataConfig
 
@@ -74,7 +74,7 @@ def write_run(
     clip: bool = False,
     seed: int = 0,
 ) -> None:
-    """One run record as train.loop/train.record write it (fields and file names)."""
+    """One run record as train.loop/records.run write it (fields and file names)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     steps = max(1, int(round(D / TOKENS_PER_STEP)))
     step = steps if status != "diverged" else max(1, int(0.6 * steps))
@@ -676,3 +676,19 @@ def test_blocksize_is_a_lazy_submodule():
     )
     assert out.returncode == 0, out.stderr
     assert hasattr(analysis.blocksize, "relative_mse")
+
+
+def test_analysis_imports_neither_training_code_nor_hydra():
+    """analysis reads run records (records/), never the training core or Hydra."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, analysis, analysis.results, analysis.report, analysis.blocksize.study, analysis.archive;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('train', 'hydra', 'sweeper')))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1]
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -11,7 +11,7 @@ import quant
 from models import LMConfig
 from quant.mx import QuantSpec, quantize_spec
 from quant.ops import MatmulSpecs, qlinear
-from train import record
+from records import run as record
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
 from train.data import DataConfig
 from train.hooks import Callback, default_hooks

@@ -82,7 +82,7 @@ def test_records_are_standard_json():
 
 def test_a_diverged_run_writes_standard_json(tmp_path):
     """Issue 11, defect 11: diverged runs wrote Infinity/NaN into metrics.jsonl and summary.json."""
-    from train import record
+    from records import run as record
 
     record.append_metrics(tmp_path, {"step": 1, "loss": float("nan"), "grad_norm": float("inf")})
     record.write_summary(tmp_path, {"status": "diverged", "final_val_loss": float("inf")})

@@ -20,13 +20,13 @@ from launching import REPO, child_env, launch
 from omegaconf import OmegaConf
 
 from models import LMConfig, ProxyConfig
+from records import run as record
 from sweeper import budget
 from sweeper.grid import PlannedRun
 from sweeper.identity import run_id
 from sweeper.status import counts, run_status, scan
 from sweeper.sweep import decide
 from sweeper.table import loss as num_loss
-from train import record
 from train.config import PrecisionConfig, RunConfig, TrainConfig
 
 QUIET = ["sweep.progress=false", "logger=disabled"]

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 import quant
 from models import LMConfig, ProxyConfig
-from train import checkpoint, record
+from records import run as record
+from train import checkpoint
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, ScheduleEntry, TrainConfig, WandbConfig
 from train.hooks import Callback, SpikeDetector, default_hooks
 from train.loop import train

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from models import ProxyConfig
-from train import record
+from records import run as record
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
 from train.hooks import default_hooks
 from train.loop import train

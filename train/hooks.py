@@ -33,7 +33,8 @@ import torch.nn as nn
 
 import quant
 from quant import QuantPolicy
-from train import checkpoint, distributed, record
+from records import run as record
+from train import checkpoint, distributed
 from train.config import RunConfig
 from train.loop import State, autocast, lr_at, make_optimizer, set_lr
 

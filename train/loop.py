@@ -38,7 +38,8 @@ import torch.nn as nn
 
 import quant
 from quant import QuantPolicy
-from train import checkpoint, distributed, record
+from records import run as record
+from train import checkpoint, distributed
 from train.config import RunConfig, TrainConfig
 from train.tasks import Task
 

@@ -24,7 +24,7 @@ Upload offline runs later from a machine with internet access::
     wandb sync -p <project> -e <entity> <dir>       # into another project/entity
 
 Under DDP only rank 0 logs. A resume may change ``logger.*`` (e.g. offline → online): the logger
-section is not part of a run's identity (``train.record``).
+section is not part of a run's identity (``records.run``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from train import record
+from records import run as record
 from train.config import RunConfig, WandbConfig
 from train.hooks import Callback
 from train.loop import State

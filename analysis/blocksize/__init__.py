@@ -24,7 +24,7 @@ nearly the same σ (8 vs 16: 0.0188); at their own σ only the pooler (σ = 0.00
 Usage: ``relative_mse`` / ``mse_terms`` (theory), ``monte_carlo`` (measured), ``crossover_sigma``,
 ``load_minilm`` / ``weight_errors`` / ``RescaledWeights`` / ``weight_crossover`` (real weights), and
 ``run_study(out_dir)`` or ``python -m analysis.blocksize --out DIR [--quick]`` for the run record.
-matplotlib (``analysis.plots``), ``train.record`` and the MiniLM weights load on use only.
+matplotlib (``analysis.plots``), ``records.run`` and the MiniLM weights load on use only.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 scales × block sizes × σ, then crossovers, tables, figures and ``summary.json``), ``report_section``
 (its Markdown for ``python -m analysis report``) and ``main`` (``python -m analysis.blocksize``).
 
-The record is written with the training runs' record helpers (``train.record``: ``prepare``,
+The record is written with the training runs' record helpers (``records.run``: ``prepare``,
 ``append_metrics``, ``write_summary``, ``environment``), imported inside ``run_study`` only, so that
 importing ``analysis`` (or ``analysis.blocksize``) never imports training code. Figures are drawn by
 ``analysis.plots`` and the report's tables by ``analysis.report.md_table``, both imported on use.
@@ -112,9 +112,9 @@ def run_study(
         import pandas as pd
         import torch
 
-        # The run-record helpers of the training runs (one record format for the report to read);
-        # imported here only: analysis never imports training code at import time.
-        from train import record
+        # The run record's owner (records.run): one record format for every run, so the report reads
+        # the study like a training run.
+        from records import run as record
 
         t_start = time.perf_counter()
         names = [variant(s).name for s in scales]

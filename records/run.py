@@ -23,14 +23,17 @@ import json
 import platform
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import OmegaConf
 
-from records import atomic_write, dumps, identity_of, read_metrics, read_summary
+from records.atomic import atomic_write
+from records.identity import identity_of
+from records.jsonio import dumps
+from records.readers import read_metrics, read_summary
 
 FINAL = ("done", "diverged")
 TIMINGS = ("step_time", "twin_time")
@@ -106,14 +109,25 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
 
 def environment() -> dict[str, Any]:
     """Versions and the git revision (with a dirty flag) of the code that ran."""
-    try:
-        mxsweep = metadata.version("mxsweep")
-    except metadata.PackageNotFoundError:
-        mxsweep = None
     return {
-        "versions": {"torch": torch.__version__, "python": platform.python_version(), "mxsweep": mxsweep},
+        "versions": {
+            "torch": _version("torch"),
+            "python": platform.python_version(),
+            "mxsweep": _version("mxsweep"),
+        },
         "git": _git(),
     }
+
+
+def _version(package: str) -> str | None:
+    """The installed version (torch's own ``__version__`` once imported: it carries the build, +cpu)."""
+    module = sys.modules.get(package)
+    if module is not None and isinstance(getattr(module, "__version__", None), str):
+        return str(module.__version__)
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _git() -> dict[str, Any]:
