@@ -50,6 +50,7 @@ def main(cfg: DictConfig) -> dict | None:
             raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    from records import run as record
     from sweeper import job
     from sweeper.identity import run_id
     from train.hooks import default_hooks
@@ -62,13 +63,21 @@ def main(cfg: DictConfig) -> dict | None:
         print(f"error: {msg}; the job's overrides do not reproduce the planned run (a bug)", file=sys.stderr)
         sys.exit(2)
     summary, hooks = job.finished(run), None
+    overwrite = bool(cfg.get("overwrite")) and planned is None  # never inside a sweep's job
+    if summary is not None and overwrite:
+        summary = None  # overwrite=true redoes a finished run too
+    if summary is None and not overwrite and (why := record.conflict(run.out_dir, run)) is not None:
+        if planned is not None:  # a sweep's job: fail this job (the sweeper reports it)
+            raise FileExistsError(why)
+        print(f"error: {why}; {record.OVERWRITE_HINT}", file=sys.stderr)
+        sys.exit(2)
     if summary is None:
         try:
             with job.running(run.out_dir):
-                summary = job.finished(run)  # another launcher may have finished it just before
+                summary = None if overwrite else job.finished(run)  # finished by another just before?
                 if summary is None:
                     hooks = default_hooks(run)
-                    summary = train(run, make_task(run), hooks)
+                    summary = train(run, make_task(run), hooks, overwrite=overwrite)
         except job.RunHeld as e:  # another launcher trains it right now: never twice at once
             print(f"skipped: {e}", file=sys.stderr, flush=True)
             return {"status": "held", "holder": e.holder}

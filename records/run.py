@@ -33,6 +33,7 @@ from omegaconf import OmegaConf
 from records.atomic import atomic_write
 from records.identity import identity_of
 from records.jsonio import dumps
+from records.lock import MARKER
 from records.readers import read_metrics, read_summary
 
 FINAL = ("done", "diverged")
@@ -57,23 +58,43 @@ def _plain(x: Any) -> Any:
     return str(x)
 
 
-def prepare(run_dir: str | Path, run: Any, overwrite: bool = False) -> None:
-    """Create (or re-open for resume) ``run_dir`` and write ``config.yaml``."""
+OVERWRITE_HINT = "choose another out_dir, or add overwrite=true to replace it"
+
+
+def conflict(run_dir: str | Path, run: Any) -> str | None:
+    """Why ``run`` cannot be written into ``run_dir`` (one line), or None: the directory holds a
+    finished run (any config: a finished record is never silently redone), or an unfinished run of
+    another config (a resume must not mix two)."""
     out = Path(run_dir)
     summary = read_summary(out)
+    if summary is not None and summary.get("status") in FINAL:
+        same = _same(out, run)
+        what = "this run, finished" if same else "a finished run of another config"
+        return f"{out} already holds {what} (status {summary['status']})"
+    if (out / "config.yaml").exists() and not _same(out, run):
+        return f"{out} holds an unfinished run of another config"
+    return None
+
+
+def _same(out: Path, run: Any) -> bool:
+    try:
+        return _identity((out / "config.yaml").read_text()) == _identity(config_yaml(run))
+    except (OSError, ValueError):
+        return False
+
+
+def prepare(run_dir: str | Path, run: Any, overwrite: bool = False) -> None:
+    """Create (or re-open for resume) ``run_dir`` and write ``config.yaml``; ``overwrite`` clears
+    the directory first. Refuses (``FileExistsError``, one line) what ``conflict`` names."""
+    out = Path(run_dir)
     if overwrite and out.exists():
-        shutil.rmtree(out)
-    elif summary is not None and summary.get("status") in FINAL:
-        raise FileExistsError(
-            f"{out} already holds a finished run (status {summary['status']}); "
-            "pass overwrite=True or choose another out_dir"
-        )
+        for p in out.iterdir():  # everything but the run lock, which this process holds
+            if p.name != MARKER:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    elif (why := conflict(out, run)) is not None:
+        raise FileExistsError(f"{why}; {OVERWRITE_HINT}")
     out.mkdir(parents=True, exist_ok=True)
-    text = config_yaml(run)
-    cfg = out / "config.yaml"
-    if cfg.exists() and _identity(cfg.read_text()) != _identity(text):
-        raise ValueError(f"{out} holds a run with a different config; use another out_dir or overwrite=True")
-    atomic_write(cfg, text)
+    atomic_write(out / "config.yaml", config_yaml(run))
 
 
 def _identity(text: str) -> dict[str, Any]:

@@ -124,6 +124,9 @@ class LaunchConfig(RunConfig):
     sweep: SweepConfig = field(default_factory=SweepConfig)
     study: Any = None
     """Keyword arguments of a non-training task (``task=block_size_study``)."""
+    overwrite: bool = False
+    """A single run only: replace whatever ``out_dir`` holds (a finished run, or a run of another
+    config) instead of refusing. Not part of the run's identity."""
 
     def __post_init__(self):  # a schema only: runs are built by to_run_config
         pass

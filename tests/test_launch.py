@@ -68,3 +68,21 @@ def test_cuda_without_gpu_is_one_line(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "train.device" in lines[0] and "no CUDA device" in lines[0], r.stderr
+
+
+def test_a_finished_run_of_another_config_is_one_line_and_overwrite_true_replaces_it(tmp_path):
+    """Issue 11, defect 9: a 36-line traceback whose hint (overwrite=True) did not work from the CLI."""
+    out = tmp_path / "run"
+    base = ["task=proxy", "model.width=16", "model.depth=1", "train.steps=4", "train.eval_every=2",
+            f"out_dir={out}"]  # fmt: skip
+    assert _launch(*base).returncode == 0
+    before = (out / "summary.json").read_text()
+    r = _launch(*base, "train.lr=0.01")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "finished run of another config" in lines[0], r.stderr
+    assert "overwrite=true" in lines[0] and (out / "summary.json").read_text() == before
+    r = _launch(*base, "train.lr=0.01", "overwrite=true")
+    assert r.returncode == 0, r.stderr
+    assert "lr: 0.01" in (out / "config.yaml").read_text()
+    r = _launch(*base, "train.lr=0.01", "overwrite=true")  # a finished run of the same config: redone
+    assert r.returncode == 0 and json.loads((out / "summary.json").read_text())["status"] == "done"

@@ -304,7 +304,7 @@ def test_done_run_is_not_overwritten(tmp_path):
     run = proxy_run(tmp_path, steps=5)
     run_task(run)
     before = (tmp_path / "summary.json").read_text()
-    with pytest.raises(FileExistsError, match="overwrite=True"):
+    with pytest.raises(FileExistsError, match="overwrite=true"):
         run_task(run)
     assert (tmp_path / "summary.json").read_text() == before
     again = run_task(run, overwrite=True)
@@ -313,14 +313,14 @@ def test_done_run_is_not_overwritten(tmp_path):
 
 def test_resume_refuses_a_different_config(tmp_path):
     run_task(proxy_run(tmp_path, steps=10), extra=(StopAt(4),))
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(FileExistsError, match="unfinished run of another config"):
         run_task(proxy_run(tmp_path, steps=10, lr=1e-2))
-    # what a resume may change: the logger and the device (record.NOT_IDENTITY)
+    # what a resume may change: the logger and the device (records.NOT_IDENTITY)
     moved = proxy_run(tmp_path, steps=10, device="cuda:1")
     moved.logger = LoggerConfig(wandb=WandbConfig(mode="offline", group="g"))
     record.prepare(tmp_path, moved)
     assert "cuda:1" in (tmp_path / "config.yaml").read_text()
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(FileExistsError, match="another config"):
         record.prepare(tmp_path, proxy_run(tmp_path, steps=10, autocast="bf16"))
 
 
