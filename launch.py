@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -82,6 +83,8 @@ def main(cfg: DictConfig) -> dict | None:
             print(f"skipped: {e}", file=sys.stderr, flush=True)
             return {"status": "held", "holder": e.holder}
         signum = job.requested_signal(hooks) if hooks and summary["status"] == "interrupted" else None
+        if signum == signal.SIGINT:  # Ctrl-C: a checkpoint is written; stop the whole command here
+            raise KeyboardInterrupt(f"{run.out_dir} checkpointed at step {summary.get('step')}")
         if signum is not None:
             print(f"run record: {run.out_dir} (interrupted by signal {signum}; checkpointed)", flush=True)
             job.hand_back(signum)
@@ -154,6 +157,10 @@ def cli() -> None:
     except (HydraException, OmegaConfBaseException, SweepError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as e:
+        where = f" ({e})" if str(e) else ""
+        print(f"interrupted{where}; relaunch the same command to resume", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -86,3 +86,44 @@ def test_a_finished_run_of_another_config_is_one_line_and_overwrite_true_replace
     assert "lr: 0.01" in (out / "config.yaml").read_text()
     r = _launch(*base, "train.lr=0.01", "overwrite=true")  # a finished run of the same config: redone
     assert r.returncode == 0 and json.loads((out / "summary.json").read_text())["status"] == "done"
+
+
+def _wait_for_steps(path, n, proc, deadline):
+    import time
+
+    while time.time() < deadline and proc.poll() is None:
+        if path.exists() and path.read_text().count("\n") >= n:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_ctrl_c_checkpoints_at_the_next_step_and_exits_with_one_line(tmp_path):
+    """Issue 11, defect 7: Ctrl-C printed a 40-line traceback, wrote no checkpoint, and the relaunch
+    started over. Now it checkpoints at the next step boundary, says so, exits 130, and resumes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from launching import REPO, child_env
+
+    out = tmp_path / "run"
+    args = ["task=proxy", "model.width=32", "model.depth=2", "train.steps=4000", "train.eval_every=1000",
+            "train.log_every=1", "train.ckpt_every=0", "logger=disabled", f"out_dir={out}"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "launch.py", *args], cwd=REPO, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert _wait_for_steps(out / "metrics.jsonl", 20, proc, time.time() + 120)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert len(lines) <= 2 and lines[-1].startswith("interrupted (") and "relaunch" in lines[-1], err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and (out / "ckpt").is_dir()
+    step = summary["step"]
+    assert step >= 20 and f"step_{step:08d}.pt" in {p.name for p in (out / "ckpt").iterdir()}
+    r = _launch(*args)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(s)["step"] for s in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows == list(range(1, 4001))  # resumed from the Ctrl-C checkpoint, no step twice

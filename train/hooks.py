@@ -23,6 +23,7 @@ import copy
 import math
 import signal
 import statistics
+import sys
 import threading
 import time
 from collections import deque
@@ -186,16 +187,23 @@ class MetricsLogger(Callback):
 
 class Checkpointer(Callback):
     """Checkpoints every ``every`` steps, at the end of a finished run, and at the first step boundary
-    after SIGTERM/SIGUSR1/SIGUSR2 (the handler only sets a flag), after which the run stops cleanly
-    with status ``interrupted`` (resume by calling ``train`` again)."""
+    after SIGTERM/SIGUSR1/SIGUSR2 or Ctrl-C (SIGINT; the handler only sets a flag), after which the
+    run stops cleanly with status ``interrupted`` (resume by calling ``train`` again). A second
+    Ctrl-C stops at once (KeyboardInterrupt), from the last regular checkpoint."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
     all_ranks = True
 
     def __init__(self, every: int = 0):
         self.every, self.requested, self._previous, self._saved_at = every, None, {}, None
 
     def request_stop(self, signum: int = 0, frame: Any = None) -> None:
+        if signum == signal.SIGINT:
+            if self.requested == signal.SIGINT:  # the second Ctrl-C: now
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                raise KeyboardInterrupt
+            print("Ctrl-C: checkpointing at the next step, then stopping (Ctrl-C again: stop now)",
+                  file=sys.stderr, flush=True)  # fmt: skip
         self.requested = signum or True
 
     def on_train_start(self, state: State) -> None:
