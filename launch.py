@@ -54,7 +54,7 @@ def main(cfg: DictConfig) -> dict | None:
     from records import run as record
     from sweeper import job
     from sweeper.identity import run_id
-    from train.hooks import default_hooks
+    from train.hooks import ConsoleProgress, default_hooks
     from train.loop import train
     from train.tasks import make_task
 
@@ -73,11 +73,17 @@ def main(cfg: DictConfig) -> dict | None:
         print(f"error: {why}; {record.OVERWRITE_HINT}", file=sys.stderr)
         sys.exit(2)
     if summary is None:
+        if planned is None and distributed.is_main():
+            print(f"run: {run.out_dir}", file=sys.stderr, flush=True)  # first, before any work
         try:
             with job.running(run.out_dir):
                 summary = None if overwrite else job.finished(run)  # finished by another just before?
                 if summary is None:
                     hooks = default_hooks(run)
+                    if planned is None and run.logger.console_every_s > 0 and distributed.is_main():
+                        hooks.insert(
+                            -1, ConsoleProgress(run.logger.console_every_s)
+                        )  # before the Checkpointer
                     summary = train(run, make_task(run), hooks, overwrite=overwrite)
         except job.RunHeld as e:  # another launcher trains it right now: never twice at once
             print(f"skipped: {e}", file=sys.stderr, flush=True)

@@ -110,7 +110,8 @@ def test_ctrl_c_checkpoints_at_the_next_step_and_exits_with_one_line(tmp_path):
 
     out = tmp_path / "run"
     args = ["task=proxy", "model.width=32", "model.depth=2", "train.steps=4000", "train.eval_every=1000",
-            "train.log_every=1", "train.ckpt_every=0", "logger=disabled", f"out_dir={out}"]  # fmt: skip
+            "train.log_every=1", "train.ckpt_every=0", "logger=disabled", "logger.console_every_s=0",
+            f"out_dir={out}"]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "launch.py", *args], cwd=REPO, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     assert _wait_for_steps(out / "metrics.jsonl", 20, proc, time.time() + 120)
@@ -118,7 +119,8 @@ def test_ctrl_c_checkpoints_at_the_next_step_and_exits_with_one_line(tmp_path):
     _, err = proc.communicate(timeout=120)
     lines = err.strip().splitlines()
     assert proc.returncode == 130 and "Traceback" not in err, err
-    assert len(lines) <= 2 and lines[-1].startswith("interrupted (") and "relaunch" in lines[-1], err
+    assert lines[0] == f"run: {out}" and len(lines) <= 3, err  # the directory, Ctrl-C's notice, the end
+    assert lines[-1].startswith("interrupted (") and "relaunch" in lines[-1], err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and (out / "ckpt").is_dir()
     step = summary["step"]
@@ -127,3 +129,21 @@ def test_ctrl_c_checkpoints_at_the_next_step_and_exits_with_one_line(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = [json.loads(s)["step"] for s in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows == list(range(1, 4001))  # resumed from the Ctrl-C checkpoint, no step twice
+
+
+def test_a_single_run_prints_its_directory_first_then_progress_lines(tmp_path):
+    """Issue 12: a single run printed nothing for ~23 s, then one JSON line."""
+    import re
+
+    out = tmp_path / "run"
+    r = _launch("task=proxy", "model.width=16", "model.depth=1", "train.steps=300", "train.eval_every=100",
+                "logger.console_every_s=0.01", f"out_dir={out}")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == f"run: {out}"
+    progress = [x for x in lines if x.startswith("step ")]
+    assert len(progress) >= 3 and progress[-1].startswith("step 300/300 | loss ")
+    assert re.search(r"\| val [0-9.e-]+ \| lr [0-9.e+-]+ \| [0-9.]+k? tok/s \| ETA \d+:\d\d$", progress[-1])
+    r = _launch("task=proxy", "model.width=16", "model.depth=1", "train.steps=300", "train.eval_every=100",
+                "logger.console_every_s=0", f"out_dir={tmp_path / 'quiet'}")  # fmt: skip
+    assert r.returncode == 0 and not [x for x in r.stderr.splitlines() if x.startswith("step ")]

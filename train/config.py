@@ -218,6 +218,13 @@ class LoggerConfig:
     """Where a run's metrics go besides its run directory (which is always written)."""
 
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    console_every_s: float = 10.0
+    """A single run prints a progress line (step, loss, val loss, lr, tokens/s, ETA) at most this
+    often, in seconds (sweeps show their progress bar instead); 0: none."""
+
+    def __post_init__(self):
+        if not self.console_every_s >= 0:
+            raise ValueError(f"logger.console_every_s={self.console_every_s} must be >= 0 (seconds; 0: off)")
 
 
 @dataclass

@@ -385,6 +385,50 @@ def _policy_steps(run: RunConfig) -> list[int]:
     return [0, *(e.step for e in run.train.schedule)]
 
 
+class ConsoleProgress(Callback):
+    """nanoGPT-style progress on stderr for a single run: a line at most every ``every_s`` seconds
+    and at the last step, ``step 120/451 | loss 2.345 | val 2.401 | lr 3.00e-03 | 12.3k tok/s |
+    ETA 0:42``. Time-based, not step-based: a line every 10 s whatever the model's speed."""
+
+    def __init__(self, every_s: float = 10.0, clock: Any = time.monotonic):
+        self.every_s, self.clock = every_s, clock
+        self.last_print = self.start = 0.0
+        self.first_step = 0
+        self.val: float | None = None
+
+    def on_train_start(self, state: State) -> None:
+        self.start = self.last_print = self.clock()
+        self.first_step = state.step  # a resumed run: its speed counts from here
+
+    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
+        if "val_loss" in metrics:
+            self.val = metrics["val_loss"]
+        now, total = self.clock(), state.run.train.steps
+        if not (now - self.last_print >= self.every_s or state.step == total or state.stop):
+            return
+        self.last_print = now
+        done = max(state.step - self.first_step, 1)
+        per_step = (now - self.start) / done
+        eta = int(per_step * (total - state.step))
+        tps = state.task.tokens_per_step / per_step if per_step > 0 else math.inf
+        parts = [f"step {state.step}/{total}", f"loss {metrics.get('loss', math.nan):.4g}"]
+        if self.val is not None:
+            parts.append(f"val {self.val:.4g}")
+        parts += [
+            f"lr {metrics.get('lr', math.nan):.2e}",
+            f"{_si(tps)} tok/s",
+            f"ETA {eta // 60}:{eta % 60:02d}",
+        ]
+        print(" | ".join(parts), file=sys.stderr, flush=True)
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
 def default_hooks(run: RunConfig) -> list[Callback]:
     """The standard hooks of a run, in the order they must run."""
     t = run.train
