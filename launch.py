@@ -20,8 +20,10 @@ time-out signal back to submitit so the job is requeued (``sweeper.job``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -30,13 +32,20 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from sweeper.config import LaunchConfig, to_run_config
+from sweeper.config import LaunchConfig, sweep_only_keys, to_run_config
 
 ConfigStore.instance().store(name="run_schema", node=LaunchConfig)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> dict | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.get().mode == RunMode.RUN and (keys := sweep_only_keys(cfg)):
+        shown = ", ".join(keys[:3]) + (" …" if len(keys) > 3 else "")
+        refuse(f"{shown}: sweep settings (from the command line or an experiment preset) need -m: "
+               "python launch.py -m ...; without -m, drop them")  # fmt: skip
     if cfg.task == "block_size_study":
         return run_study(cfg)
     from train import distributed
@@ -49,8 +58,7 @@ def main(cfg: DictConfig) -> dict | None:
     except ValueError as e:
         if cfg.sweep.get("run_id"):  # a sweep's job: fail this job (the sweeper reports it), not the sweep
             raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        refuse(str(e))
     from records import run as record
     from sweeper import job
     from sweeper.identity import run_id
@@ -70,8 +78,7 @@ def main(cfg: DictConfig) -> dict | None:
     if summary is None and not overwrite and (why := record.conflict(run.out_dir, run)) is not None:
         if planned is not None:  # a sweep's job: fail this job (the sweeper reports it)
             raise FileExistsError(why)
-        print(f"error: {why}; {record.OVERWRITE_HINT}", file=sys.stderr)
-        sys.exit(2)
+        refuse(f"{why}; {record.OVERWRITE_HINT}")
     if summary is None:
         if planned is None and distributed.is_main():
             print(f"run: {run.out_dir}", file=sys.stderr, flush=True)  # first, before any work
@@ -120,13 +127,31 @@ def run_study(cfg: DictConfig) -> dict | None:
     try:
         summary = study(out_dir, **kwargs)
     except TypeError as e:  # an unknown study.* key
-        print(f"error: study: {e}; see analysis.blocksize.run_study for its arguments", file=sys.stderr)
-        sys.exit(2)
+        refuse(f"study: {e}; see analysis.blocksize.run_study for its arguments")
     except (ValueError, FileExistsError, RuntimeError) as e:  # e.g. the MiniLM weights are missing
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-        sys.exit(2)
+        refuse(str(e).splitlines()[0])
     print(f"study record: {out_dir}")
     return summary
+
+
+def refuse(message: str) -> None:
+    """Bad input to a single run: one line on stderr, exit 2, and nothing left behind. Hydra has
+    already made the run directory with ``.hydra/`` and ``launch.log`` in it; they go again unless
+    the directory holds a run record (then it is that run's, and untouched)."""
+    print(f"error: {message}", file=sys.stderr)
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.RUN:
+        out = Path(HydraConfig.get().runtime.output_dir)
+        record_files = ("config.yaml", "summary.json", "metrics.jsonl", "ckpt", "running.json")
+        if out.is_dir() and not any((out / name).exists() for name in record_files):
+            shutil.rmtree(out / ".hydra", ignore_errors=True)
+            (out / "launch.log").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if now empty
+                out.parent.rmdir()  # outputs/runs/ when this was its first run
+    sys.exit(2)
 
 
 def _one_line(e: BaseException) -> str:

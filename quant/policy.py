@@ -24,7 +24,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from quant.formats import SCALE_FORMATS, Rounding, ScaleRule, precision_names
+from quant.formats import ELEM_FORMATS, RECIPES, SCALE_FORMATS, ElemKind, Rounding, ScaleRule, precision_names
 from quant.mx import QuantSpec
 
 ROLES = ("w", "a", "w_bwd", "a_bwd", "g_dgrad", "g_wgrad")
@@ -101,10 +101,35 @@ class QuantPolicy:
         if self.vector_ops not in ("none", "bf16"):
             raise ValueError(f"precision.vector_ops={self.vector_ops!r}; use 'none' or 'bf16'")
         object.__setattr__(self, "exclude", tuple(self.exclude))
+        self._check_recipes()
         # Fail now, not mid-training, on combinations QuantSpec rejects (e.g. global scale + e8m0).
         for role in ROLES:
             self.spec(role)
         self.norm_spec()
+
+    def _check_recipes(self) -> None:
+        """A recipe (``nvfp4``, ``mxfp8_e4m3`` …) fixes its own block size, scale and scale rule; a
+        policy that also sets one of them to something else is ambiguous (it used to train the
+        recipe's and record the other), so it is refused, unless some role names a block element
+        format, which the setting is then for (``w=mxfp8_e4m3 a=fp8_e4m3 block_size=16``)."""
+        values = [getattr(self, role) for role in ROLES]
+        if any(v in ELEM_FORMATS and ELEM_FORMATS[v].kind is ElemKind.BLOCK for v in values):
+            return
+        defaults = {f.name: f.default for f in dataclasses.fields(type(self))}
+        for role in ROLES:
+            name = getattr(self, role)
+            if name not in RECIPES:
+                continue
+            r = RECIPES[name]
+            own = {"block_size": r.block_size, "scale": r.scale, "scale_rule": r.scale_rule.value}
+            for key, value in own.items():
+                mine = getattr(self, key)
+                if value is not None and mine != defaults[key] and mine != value:
+                    raise ValueError(
+                        f"precision.{key}={mine} conflicts with precision.{role}={name}, a recipe with "
+                        f"{key} {value}: drop precision.{key}, or name the element format "
+                        f"({r.elem}) to set your own"
+                    )
 
     @classmethod
     def uniform(cls, name: str, **kw) -> QuantPolicy:

@@ -132,10 +132,35 @@ class LaunchConfig(RunConfig):
         pass
 
 
+def sweep_only_keys(cfg: DictConfig) -> list[str]:
+    """The ``sweep.*`` and ``budget.*`` settings of ``cfg`` that differ from their defaults. They mean
+    something only to a sweep (``-m``): a single run must refuse them, not silently ignore them."""
+    out = []
+    for key, schema in (("sweep", SweepConfig), ("budget", BudgetConfig)):
+        node = cfg.get(key)
+        if node is None:
+            continue
+        have = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        default = dataclasses.asdict(schema())
+        for name, value in (have or {}).items():
+            if name in ("run_id",):  # set per job by the sweeper
+                continue
+            if name in default and value != default[name]:
+                out.append(f"{key}.{name}")
+    return out
+
+
 def to_run_config(cfg: DictConfig) -> RunConfig:
     """The typed, validated run of a composed config; ``ValueError`` (one line) on bad input."""
     from train.data import DataConfig
 
+    known = {f.name for f in dataclasses.fields(LaunchConfig)} | {"hydra"}
+    unknown = sorted(str(k) for k in cfg if k not in known)
+    if unknown:  # +nonsense_key=1 or +trian.steps=5: Hydra adds them, nothing would read them
+        raise ValueError(
+            f"{unknown[0]} is not a config key (top level: {', '.join(sorted(known - {'hydra'}))}); "
+            "check the spelling (`python launch.py --cfg job`)"
+        )
     try:
         names = [f.name for f in dataclasses.fields(RunConfig) if f.name in cfg]
         plain = {k: _plain(cfg, k) for k in names}

@@ -45,15 +45,35 @@ def test_lm_run_on_synthetic_data(tmp_path):
         ("precision.block_size=0", "precision.block_size"),
         ("model.depth=0", "model.depth"),
         ("train.steps=0", "train.steps"),
+        # issue 11: these trained (exit 0) or left out_dir/.hydra behind
+        ("train.lr=inf", "train.lr"),
+        ("train.weight_decay=nan", "train.weight_decay"),
+        ("train.eps=0", "train.eps"),
+        ("+trian.steps=5", "trian"),
+        ("+nonsense_key=1", "nonsense_key"),
+        ("precision.w=nvfp4 precision.block_size=8", "precision.block_size"),
+        ("budget.flops=[0]", "budget.flops"),
+        ("sweep.rerun=bogus", "sweep.rerun"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero_before_any_work(tmp_path, override, field):
     out = tmp_path / "bad"
-    r = _launch("task=proxy", override, f"out_dir={out}")
+    r = _launch("task=proxy", *override.split(), f"out_dir={out}")
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], r.stderr
-    assert not (out / "summary.json").exists() and not (out / "metrics.jsonl").exists()
+    assert not out.exists() and not tmp_path.joinpath("bad").exists()  # nothing written, not even .hydra
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [("train.lr=inf", "train.lr"), ("+nonsense_key=1", "nonsense_key"), ("train.eps=0", "train.eps")],
+)
+def test_bad_input_to_a_sweep_is_one_line_before_any_run(tmp_path, override, field):
+    r = launch("-m", "experiment=smoke", "logger=disabled", override, f"hydra.sweep.dir={tmp_path / 's'}")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and field in lines[0], r.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_unknown_key_is_rejected(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,9 +146,9 @@ class TrainConfig:
         for name in ("eval_every", "ckpt_every", "twin_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be >= 0 (0 = off), got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"train.lr must be > 0, got {self.lr}")
-        if not self.norm_lr_mult > 0:
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"train.lr must be a finite number > 0, got {self.lr}")
+        if not (self.norm_lr_mult > 0 and math.isfinite(self.norm_lr_mult)):
             raise ValueError(
                 f"train.norm_lr_mult must be > 0 (1 = the same LR as the rest), got {self.norm_lr_mult}"
             )
@@ -157,8 +158,10 @@ class TrainConfig:
             raise ValueError(f"train.min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
         if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"train.lr_schedule={self.lr_schedule!r}; use one of {LR_SCHEDULES} or null")
-        if self.weight_decay < 0:
-            raise ValueError(f"train.weight_decay must be >= 0, got {self.weight_decay}")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ValueError(f"train.weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        if not (self.eps > 0 and math.isfinite(self.eps)):
+            raise ValueError(f"train.eps must be a finite number > 0 (Adam's denominator), got {self.eps}")
         if self.betas is not None:
             self.betas = [float(b) for b in self.betas]
             if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
