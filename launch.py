@@ -95,6 +95,12 @@ def main(cfg: DictConfig) -> dict | None:
         except job.RunHeld as e:  # another launcher trains it right now: never twice at once
             print(f"skipped: {e}", file=sys.stderr, flush=True)
             return {"status": "held", "holder": e.holder}
+        except OSError as e:
+            if planned is not None or (full := _disk_full(e)) is None:
+                raise  # a sweep's job: the sweeper records it
+            print(f"error: {full}; nothing was left half-written: free space and relaunch the same command "
+                  "to resume", file=sys.stderr)  # fmt: skip
+            sys.exit(1)
         signum = job.requested_signal(hooks) if hooks and summary["status"] == "interrupted" else None
         if signum == signal.SIGINT:  # Ctrl-C: a checkpoint is written; stop the whole command here
             raise KeyboardInterrupt(f"{run.out_dir} checkpointed at step {summary.get('step')}")
@@ -167,6 +173,25 @@ def _one_line(e: BaseException) -> str:
         return f"{head}; available in{group}: {', '.join(names.split())}"
     text = " ".join(f"{text}\n{cause}".split())
     return text.split("full_key:")[0].strip()
+
+
+def _disk_full(e: BaseException) -> str | None:
+    """The first "no space left" in ``e``'s chain (a failed checkpoint, then the summary written on
+    the way out, fail alike: the first is the one to report), as one line; None if there is none."""
+    import errno
+
+    from records import DiskFull
+
+    chain, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    full = [x for x in chain if isinstance(x, DiskFull)]
+    if full:
+        return full[-1].strerror  # the deepest: the write that hit the full disk first
+    plain = [x for x in chain if isinstance(x, OSError) and x.errno == errno.ENOSPC]
+    return f"no space left on device ({plain[-1].filename or 'a record file'})" if plain else None
 
 
 def cli() -> None:

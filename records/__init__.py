@@ -8,7 +8,7 @@ tolerant readers (``readers``), the run lock (``lock``) and where a branch start
 the precision defaults and label are still to move here (issue 11).
 """
 
-from records.atomic import atomic_write
+from records.atomic import DiskFull, atomic_write
 from records.branching import branch_fraction, spike_branch_step
 from records.identity import NOT_IDENTITY, identity, identity_of, run_id
 from records.jsonio import dumps, finite
@@ -25,6 +25,7 @@ from records.readers import (
 
 __all__ = [
     "CONFIG",
+    "DiskFull",
     "MANIFEST",
     "METRICS",
     "NOT_IDENTITY",

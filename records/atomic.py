@@ -11,9 +11,41 @@ a full disk or a Ctrl-C included, so no ``.tmp`` files are left behind. Durabili
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+
+class DiskFull(OSError):
+    """No space left for a record file: which file, and how many bytes it needed (an estimate for a
+    checkpoint: the size of the one before it)."""
+
+    def __init__(self, path: Path, needed: int | None, at_least: bool = False):
+        self.path, self.needed = path, needed
+        size = f"{'at least ' if at_least else ''}{_bytes(needed)} needed" if needed else "size unknown"
+        super().__init__(errno.ENOSPC, f"no space left on device for {path} ({size})")
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def _needed(path: Path, content: object, tmp: Path) -> tuple[int | None, bool]:
+    """(bytes the write needed, whether that is only a lower bound): exact for text and bytes; for a
+    writer (a checkpoint), the largest of its earlier siblings, else at least what it had written
+    when the disk filled."""
+    if isinstance(content, str):
+        return len(content.encode("utf-8")), False
+    if isinstance(content, bytes | bytearray):
+        return len(content), False
+    siblings = [p.stat().st_size for p in path.parent.glob(f"*{path.suffix}") if p.is_file() and p != tmp]
+    if siblings:
+        return max(siblings), False
+    return (tmp.stat().st_size, True) if tmp.exists() else (None, False)
 
 
 def atomic_write(path: str | Path, content: str | bytes | Callable[[Path], object]) -> Path:
@@ -30,7 +62,23 @@ def atomic_write(path: str | Path, content: str | bytes | Callable[[Path], objec
         else:
             content(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        full = isinstance(e, Exception) and not isinstance(e, DiskFull) and _full(e, path)
+        needed, at_least = _needed(path, content, tmp) if full else (None, False)
         tmp.unlink(missing_ok=True)
+        if full:
+            raise DiskFull(path, needed, at_least) from e
         raise
     return path
+
+
+def _full(e: Exception, path: Path) -> bool:
+    """Did ``e`` come from a full disk? An ENOSPC, or a writer that reports its own error (torch.save:
+    RuntimeError "file write failed") while the filesystem has under 1 MiB left."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return True
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return isinstance(e, RuntimeError) and st.f_bavail * st.f_frsize < 2**20

@@ -232,3 +232,55 @@ def test_two_launchers_on_one_sweep_never_train_a_run_twice(tmp_path):
         assert len(steps) == len(set(steps)), f"{run.name} trained twice"
         assert json.loads((run / "summary.json").read_text())["status"] == "done"
     assert "skipped: " in err + second.stderr
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 3 MB tmpfs (root only): the issue's disk-full reproduction."""
+    import subprocess
+
+    where = tmp_path / "disk"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(where)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    yield where
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(tiny_disk):
+    """Issue 11, defect 6: 64-75-line tracebacks and orphan temporary files."""
+    import subprocess
+
+    from launching import launch
+
+    out = tiny_disk / "run"
+    args = ["task=proxy", "model.width=128", "model.depth=4", "train.steps=40", "train.ckpt_every=10",
+            "logger=disabled", "logger.console_every_s=0", f"out_dir={out}"]  # fmt: skip
+    r = launch(*args)
+    lines = [x for x in r.stderr.strip().splitlines() if not x.startswith("run: ")]
+    assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert (
+        "no space left on device for" in lines[0]
+        and "step_00000010.pt" in lines[0]
+        and "MB needed" in lines[0]
+    )
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name]  # no orphan temporaries
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tiny_disk)], check=True)
+    r = launch(*args)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "summary.json").read_text())["status"] == "done"
+
+
+def test_disk_full_names_the_file_and_the_bytes(tmp_path, monkeypatch):
+    import errno
+
+    from records import DiskFull
+
+    def full(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(tmp_path), "write_text", full)
+    with pytest.raises(DiskFull, match=r"summary.json \(12 bytes needed\)"):
+        atomic_write(tmp_path / "summary.json", "x" * 12)
+    assert list(tmp_path.iterdir()) == []
