@@ -39,6 +39,29 @@ ConfigStore.instance().store(name="run_schema", node=LaunchConfig)
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> dict | None:
+    try:
+        return _main(cfg)
+    except Exception as e:
+        if cfg.sweep.get("run_id") and cfg.get("out_dir"):  # a sweep's job: its record says it failed
+            _record_failure(Path(str(cfg.out_dir)), e)
+        raise
+
+
+def _record_failure(out_dir: Path, e: BaseException) -> None:
+    """A sweep job that raised before training wrote nothing, so it read as pending and was retried
+    forever: record it ``failed`` with its error (``sweep.rerun=failed`` retries it). Never over an
+    existing summary (training writes its own; a finished run of another config stays intact)."""
+    from records import run as record
+
+    if (out_dir / "summary.json").exists():
+        return
+    error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    with contextlib.suppress(OSError):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        record.write_summary(out_dir, {"status": "failed", "error": error, "step": 0})
+
+
+def _main(cfg: DictConfig) -> dict | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

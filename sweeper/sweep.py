@@ -298,6 +298,9 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
                 except Exception as e:  # a launcher that raises on a failed job: the records tell the rest
                     line = str(e).strip().splitlines()[0] if str(e).strip() else ""
                     print(f"launcher: {type(e).__name__}: {line}", file=sys.stderr)
+                    # submitit stops waiting at the first job that did not complete (scancel): the
+                    # others may still run. Wait for every one of them before reading the outcome.
+                    _wait_while_running(group)
         finally:
             bar.close()
     outcome = {d.planned.name: run_status(d.planned.out_dir) for d in decisions}
@@ -326,6 +329,19 @@ def execute(sweep: Sweep, launch: Callable[..., Any], progress: bool = True) -> 
             "(failed ones need sweep.rerun=failed)"
         )
     return outcome
+
+
+def _wait_while_running(group: Sequence[PlannedRun], every: float = 2.0) -> None:
+    """Until no run of ``group`` has a live holder of its run lock (``records.lock``: a fresh
+    heartbeat; a SLURM job squeue still lists), so the outcome read next is final."""
+    waiting = [p for p in group if run_status(p.out_dir) == "running"]
+    if waiting:
+        print(
+            f"waiting for the {len(waiting)} run(s) of this launch still running", file=sys.stderr, flush=True
+        )
+    while waiting:
+        time.sleep(every)
+        waiting = [p for p in waiting if run_status(p.out_dir) == "running"]
 
 
 def _parent_ready(p: PlannedRun, by_name: dict[str, Decision]) -> bool:

@@ -13,6 +13,7 @@ cluster is not already up. Every wait is a poll with a deadline (a loaded 2-core
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -118,7 +119,8 @@ def _drained(jobs: set[str]) -> bool:
     if queued & jobs:
         return False
     states = {row[0]: row[1] for row in _sacct("-o", "JobID,State")}
-    return all(states.get(j) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for j in jobs)
+    final = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")  # sacct says "CANCELLED by <uid>"
+    return all((states.get(j) or "?").split()[0] in final for j in jobs)
 
 
 def _cancel(sweep_dir: Path) -> None:
@@ -283,3 +285,48 @@ def test_interrupted_job_requeues_and_resumes_bit_identical(
     assert [row["loss"] for row in rows] == [row["loss"] for row in ref_rows]
     assert [row.get("val_loss") for row in rows] == [row.get("val_loss") for row in ref_rows]
     assert summary["final_val_loss"] == ref_summary["final_val_loss"]
+
+
+def test_a_cancelled_job_does_not_stop_the_driver(slurm_cluster, tmp_path):
+    """Issue 11, defect 5: scancel one running array task: the driver used to stop waiting at submitit's
+    UncompletedJobError while the other job ran on, and left a stale 'running' in manifest.json. Now it
+    waits for every job, records the cancelled run as not finished, says how to resume, and the
+    relaunch finishes it."""
+    sweep_dir = tmp_path / "sweep"
+    two = [*LONG_RUN, "sweep.seeds=[0,1]"]
+    proc = subprocess.Popen(
+        _sweep_args(sweep_dir, *two),
+        cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+
+        def training_job() -> str | None:
+            """The SLURM job of a run that is training now (its run lock names it)."""
+            assert proc.poll() is None, f"the sweep ended before the cancel:\n{proc.stdout.read()[-3000:]}"
+            for metrics in sweep_dir.glob("*/metrics.jsonl"):
+                lock = metrics.parent / "running.json"
+                if len(metrics.read_text().splitlines()) >= 10 and lock.exists():
+                    with contextlib.suppress(ValueError, OSError):
+                        return json.loads(lock.read_text()).get("job")
+            return None
+
+        job = _poll("a job to train", training_job, 180, every=0.1)
+        jobs = _jobs_of(sweep_dir)
+        r = _run(["scancel", job])
+        assert r.returncode == 0, r.stderr
+        out, _ = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+        _poll("the jobs to leave the queue", lambda: _drained(_jobs_of(sweep_dir) | jobs), 90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _cancel(sweep_dir)
+    assert proc.returncode == 2, out[-3000:]
+    assert "relaunch the same command to resume" in out
+    manifest = json.loads((sweep_dir / "manifest.json").read_text())
+    after = sorted(r["status_after"] for r in manifest["runs"])
+    assert "running" not in after and "done" in after, after  # it waited for the other job to finish
+    assert set(after) <= {"done", "interrupted", "failed"}, after
+    r = _launch(sweep_dir, *two)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert all(_record(d)[0]["status"] == "done" for d in _run_dirs(sweep_dir))

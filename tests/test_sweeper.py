@@ -494,3 +494,22 @@ def test_a_relaunch_with_other_seeds_keeps_the_earlier_runs_in_the_manifest(tmp_
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
     assert [x["coords"]["seed"] for x in manifest["earlier"]] == [0]
+
+
+def test_a_job_that_raises_before_training_is_recorded_failed_not_retried_forever(tmp_path):
+    """Issue 11, defect 5: a job that raised before training wrote no record, read as pending and was
+    relaunched every time. Now it is failed with its error; sweep.rerun=failed retries it."""
+    one = [
+        "sweep.precisions=[{name:mxfp8,w:fp8_e4m3,a:fp8_e4m3}]",
+        "budget.ladder=[{depth:1,d_model:32,n_heads:2}]",
+        "budget.flops=[1e9]",
+        "train.device=cuda",  # planned anywhere (a login node has no GPU); the job itself refuses
+    ]  # fmt: skip
+    r = sweep(tmp_path / "s", *one)
+    assert r.returncode == 2 and "did not finish" in r.stderr
+    (summary,) = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/summary.json")]
+    assert summary["status"] == "failed" and "cuda" in summary["error"].lower()
+    r = sweep(tmp_path / "s", *one)
+    assert r.returncode == 0 and "1 runs asked, 1 skipped, 0 to launch" in r.stdout, r.stdout + r.stderr
+    r = sweep(tmp_path / "s", *one, "sweep.rerun=failed")
+    assert "1 runs asked, 0 skipped, 1 to launch" in r.stdout, r.stdout + r.stderr
