@@ -19,19 +19,17 @@ optimum as starts); intervals are percentiles.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
-import functools
 import itertools
 import math
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
+from threadpoolctl import threadpool_limits
 
 HUBER_DELTA = 1e-3
 MIN_RUNS = 6
@@ -41,49 +39,13 @@ BETA_GRID = np.linspace(0.02, 2.0, 45)
 _EXP_BOUNDS = (1e-3, 10.0)
 
 
-@functools.cache
-def _openblas_controls() -> tuple[tuple[Callable[[], int], Callable[[int], None]], ...]:
-    """(get, set) thread-count functions of every OpenBLAS loaded in this process (Linux; else none)."""
-    if not sys.platform.startswith("linux"):
-        return ()
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.rsplit("/", 1)[-1].lower()}
-    except OSError:
-        return ()
-    controls = []
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix in ("", "scipy_"):
-            for suffix in ("", "64_", "_64"):
-                get = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
-                put = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-                if get is not None and put is not None:
-                    controls.append((get, put))
-                    break
-            else:
-                continue
-            break
-    return tuple(controls)
-
-
 @contextlib.contextmanager
 def single_threaded_blas() -> Iterator[None]:
-    """Run the block with OpenBLAS on one thread. The fits make thousands of BLAS calls on 5×5
-    problems (L-BFGS-B's internals, batched 3×3 solves); threads only add wake-up latency, which on a
-    busy machine made a fit 30× slower. Best effort: a no-op where the controls are not found."""
-    controls = _openblas_controls()
-    saved = [get() for get, _ in controls]
-    for _, put in controls:
-        put(1)
-    try:
+    """Run the block with BLAS on one thread (threadpoolctl). The fits make thousands of BLAS calls
+    on 5×5 problems (L-BFGS-B's internals, batched 3×3 solves); threads only add wake-up latency,
+    which on a busy machine made a fit 30× slower."""
+    with threadpool_limits(limits=1, user_api="blas"):
         yield
-    finally:
-        for (_, put), n in zip(controls, saved, strict=True):
-            put(n)
 
 
 class InsufficientData(ValueError):

@@ -692,3 +692,16 @@ def test_analysis_imports_neither_training_code_nor_hydra():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_fits_run_blas_on_one_thread():
+    """analysis.fits limits BLAS through threadpoolctl (it used ctypes and /proc/self/maps)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from analysis.fits import single_threaded_blas
+
+    np.linalg.solve(np.eye(3), np.ones(3))  # numpy's BLAS is loaded
+    with threadpool_limits(limits=2, user_api="blas"):  # as on a 2-core machine without OMP_NUM_THREADS
+        assert any(i["num_threads"] == 2 for i in threadpool_info() if i["user_api"] == "blas")
+        with single_threaded_blas():
+            assert all(i["num_threads"] == 1 for i in threadpool_info() if i["user_api"] == "blas")
