@@ -663,16 +663,20 @@ def test_report_on_an_empty_directory(tmp_path):
     assert json.loads((tmp_path / "fits.json").read_text())["n_runs"] == 0
 
 
-def test_blocksize_is_a_lazy_submodule():
+def _fresh_python(code: str):
+    """``code`` in a new interpreter (what gets imported, from a clean ``sys.modules``)."""
     import subprocess
     import sys
 
-    code = (
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1]
+    )
+
+
+def test_blocksize_is_a_lazy_submodule():
+    out = _fresh_python(
         "import sys, analysis; assert 'matplotlib' not in sys.modules; "
         "assert 'analysis.blocksize' not in sys.modules; print('ok')"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1]
     )
     assert out.returncode == 0, out.stderr
     assert hasattr(analysis.blocksize, "relative_mse")
@@ -680,15 +684,9 @@ def test_blocksize_is_a_lazy_submodule():
 
 def test_analysis_imports_neither_training_code_nor_hydra():
     """analysis reads run records (records/), never the training core or Hydra."""
-    import subprocess
-    import sys
-
-    code = (
+    r = _fresh_python(
         "import sys, analysis, analysis.results, analysis.report, analysis.blocksize.study, analysis.archive;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('train', 'hydra', 'sweeper')))"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1]
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
