@@ -76,10 +76,15 @@ def test_offline_run_mirrors_the_record(tmp_path):
     rows = record.read_metrics(out)
     assert len(rows) == 12 and sum("val_loss" in r for r in rows) == 2
     assert_history_is_the_record(logged["history"], rows)
-    assert logged["run_id"] == run_id(out) and logged["project"] == "mxsweep" and logged["name"] == "run"
+    from records import run_id as identity_hash
+
+    config = OmegaConf.to_container(OmegaConf.load(out / "config.yaml"))
+    assert logged["run_id"] == run_id(out) == identity_hash(config)  # the wandb id is the mxsweep id
+    assert logged["project"] == "mxsweep" and logged["name"] == "run" and logged["job_type"] == "train"
     assert logged["group"] == "sweep-a"
     assert set(logged["tags"]) == {"task:proxy", "w:fp8_e4m3", "a:bf16", "smoke"}
-    assert logged["config"] == OmegaConf.to_container(OmegaConf.load(out / "config.yaml"))
+    assert logged["config"].pop("mxsweep") == {"run_id": identity_hash(config), "sweep": "sweep-a"}
+    assert logged["config"] == config
     assert logged["summary"]["status"] == "done" == summary["status"]
     assert logged["summary"]["final_val_loss"] == summary["final_val_loss"]
     assert logged["summary"]["N"] == summary["N"]

@@ -65,7 +65,7 @@ def read_run(path: str | Path) -> dict[str, Any]:
             r = rec.run
             out.update(
                 run_id=r.run_id, project=r.project, group=r.run_group, tags=list(r.tags),
-                name=r.display_name, resumed=r.resumed,
+                name=r.display_name, resumed=r.resumed, job_type=r.job_type,
             )  # fmt: skip
             for item in r.config.update:
                 out["config"][item.key] = json.loads(item.value_json)

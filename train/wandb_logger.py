@@ -2,16 +2,19 @@
 
 What is logged (``WandbLogger``, placed after ``MetricsLogger`` in ``train.hooks.default_hooks``):
 
-* config: the fully resolved ``RunConfig`` (the same dict as ``config.yaml``);
+* config: the fully resolved ``RunConfig`` (the same dict as ``config.yaml``), plus ``mxsweep``:
+  the run's identity hash (``records.run_id``) and its sweep (the group);
+* job_type: ``train``, or ``branch`` for a run branched from another's checkpoint;
 * history: every metrics.jsonl row, with the same keys and values, at ``step`` = the training step;
 * summary: summary.json, once it is written at the end of the run (status, losses, N, D, C, …);
 * group: ``logger.wandb.group`` (the sweep name; none by default); tags: ``task:<task>``, the
   precision (``w:<fmt>``, ``a:<fmt>``, and the backward formats when they differ), plus
   ``logger.wandb.tags``; name: the run directory's name.
 
-Files: wandb writes under ``<out_dir>/wandb/`` and the run id is kept in
-``<out_dir>/wandb/run_id.txt``, so a resumed run (same ``out_dir``) continues the same wandb run
-(``resume="allow"``); rows at steps wandb already has from an earlier attempt are skipped.
+Files: wandb writes under ``<out_dir>/wandb/``. The wandb run id is the mxsweep run id (the identity
+hash), kept in ``<out_dir>/wandb/run_id.txt`` (an older run keeps the id stored there), so a resumed
+or rerun run continues the same wandb run (``resume="allow"``); rows at steps wandb already has from
+an earlier attempt are skipped.
 
 Modes (``logger.wandb.mode``): ``online``; ``offline`` (nothing leaves the machine: compute nodes often
 have no internet); ``disabled`` (wandb is not imported at all; what the test suite uses); ``auto``
@@ -19,9 +22,12 @@ have no internet); ``disabled`` (wandb is not imported at all; what the test sui
 or a ``~/.netrc``/``$NETRC`` entry for the wandb host as ``wandb login`` writes), else ``offline``.
 Upload offline runs later from a machine with internet access::
 
-    wandb sync <out_dir>/wandb/offline-run-*        # one run (every attempt of it)
-    wandb sync --sync-all                           # everything under ./wandb
-    wandb sync -p <project> -e <entity> <dir>       # into another project/entity
+    wandb sync <out_dir>/wandb/offline-run-*                  # one run (every attempt of it)
+    wandb sync outputs/sweeps/<sweep>/*/wandb/offline-run-*   # a whole sweep
+    wandb sync -p <project> -e <entity> <dir>                 # into another project/entity
+
+(``wandb sync --sync-all`` is gone since wandb 0.31: name the directories.) wandb prints a banner per
+run; ``WANDB_SILENT=true`` silences it (the run is recorded all the same).
 
 Under DDP only rank 0 logs. A resume may change ``logger.*`` (e.g. offline → online): the logger
 section is not part of a run's identity (``records.run``).
@@ -97,12 +103,18 @@ def precision_tags(run: RunConfig) -> list[str]:
     return tags
 
 
-def run_id(out_dir: str | Path) -> str:
-    """The wandb run id of ``out_dir``: the stored one, or a new one (then stored)."""
+def run_id(out_dir: str | Path, run: RunConfig | None = None) -> str:
+    """The wandb run id of ``out_dir``: the stored one, else the mxsweep run id of ``run`` (its
+    identity hash; a random one without ``run``), then stored."""
     path = Path(out_dir) / "wandb" / ID_FILE
     if path.exists():
         return path.read_text().strip()
-    new = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))  # wandb's shape
+    if run is not None:
+        from records import run_id as identity_hash
+
+        new = identity_hash(run)
+    else:
+        new = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(new + "\n")
     return new
@@ -127,10 +139,14 @@ class WandbLogger(Callback):
             entity=self.cfg.entity,
             group=self.cfg.group,
             tags=list(dict.fromkeys([*precision_tags(run), *self.cfg.tags])),
-            config=record._plain(dataclasses.asdict(run)),
+            config={
+                **record._plain(dataclasses.asdict(run)),
+                "mxsweep": {"run_id": run_id(out, run), "sweep": self.cfg.group},
+            },
+            job_type="branch" if run.train.branch_from else "train",
             name=out.name,
             dir=str(out),
-            id=run_id(out),
+            id=run_id(out, run),
             resume="allow",
             mode=self.mode,
             reinit="finish_previous",
