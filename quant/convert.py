@@ -37,13 +37,30 @@ class _Converted:
         self.mx_policy = policy
         self.mx_generator = generator
 
-    def extra_repr(self) -> str:  # shows the precision in print(model)
+    def extra_repr(self) -> str:  # print(model) shows what this module really quantizes
         base = super().extra_repr()  # type: ignore[misc]
+        return ", ".join(x for x in (base, self.mx_describe()) if x)
+
+    def mx_describe(self) -> str:
+        """What the policy in force does to this module, in a few words ("not quantized" if nothing)."""
         p = self.mx_policy
-        return f"{base}, w={p.name_of('w')}, a={p.name_of('a')}"
+        return f"w={p.name_of('w')}, a={p.name_of('a')}"
 
 
 class MXLinear(_Converted, nn.Linear):
+    def mx_describe(self) -> str:
+        p = self.mx_policy
+        if _linear_specs(p).is_identity:
+            return "not quantized"
+        roles = [f"{r}={p.name_of(r)}" for r in ("w", "a")]
+        if not p.quantize_backward:
+            roles.append("forward only")
+        else:
+            roles += [
+                f"{r}={p.name_of(r)}" for r in ("w_bwd", "a_bwd", "g_dgrad", "g_wgrad") if getattr(p, r)
+            ]
+        return ", ".join(roles)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.mx_policy
         specs = _linear_specs(p)
@@ -59,7 +76,20 @@ def _affine(module, param: torch.Tensor | None) -> torch.Tensor | None:
     return fake_quant_ste(param, spec, generator=module.mx_generator)
 
 
+def _norm_describe(p) -> str:
+    parts = []
+    if p.norm_affine != "none":
+        rule = f" ({p.norm_scale_rule} scales)" if p.norm_scale_rule else ""
+        parts.append(f"affine={p.norm_affine}{rule}")
+    if p.vector_ops != "none":
+        parts.append(f"vector_ops={p.vector_ops}")
+    return ", ".join(parts) or "not quantized"
+
+
 class MXLayerNorm(_Converted, nn.LayerNorm):
+    def mx_describe(self) -> str:
+        return _norm_describe(self.mx_policy)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.mx_policy
         if p.norm_affine == "none" and p.vector_ops == "none":
@@ -71,6 +101,9 @@ class MXLayerNorm(_Converted, nn.LayerNorm):
 
 
 class MXRMSNorm(_Converted, nn.RMSNorm):
+    def mx_describe(self) -> str:
+        return _norm_describe(self.mx_policy)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.mx_policy
         if p.norm_affine == "none" and p.vector_ops == "none":
@@ -82,6 +115,10 @@ class MXRMSNorm(_Converted, nn.RMSNorm):
 
 
 class MXMatMul(_Converted, MatMul):
+    def mx_describe(self) -> str:
+        p = self.mx_policy
+        return f"attention a={p.name_of('a')}" if p.attention else "not quantized"
+
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         p = self.mx_policy
         if not p.attention:
@@ -91,6 +128,9 @@ class MXMatMul(_Converted, MatMul):
 
 class _MXVector(_Converted):
     """bf16 rounding around an element-wise op (GeLU, ReLU, SiLU, softmax) when vector_ops=bf16."""
+
+    def mx_describe(self) -> str:
+        return "bf16 rounding" if self.mx_policy.vector_ops != "none" else "not quantized"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.mx_policy

@@ -14,3 +14,21 @@ def test_a_recipe_with_a_conflicting_block_size_is_refused():
     QuantPolicy(w="nvfp4", a="nvfp4", block_size=16)  # the recipe's own value: fine
     QuantPolicy(w="fp4_e2m1", a="fp4_e2m1", block_size=8)  # an element format takes the setting
     QuantPolicy(w="mxfp8_e4m3", a="fp8_e4m3", block_size=16)  # ... and is what it is for here
+
+
+def test_print_model_shows_only_what_is_quantized():
+    """Issue 12: MXSoftmax said w=fp8_e4m3, a=fp8_e4m3 although softmax is not quantized."""
+    import quant
+    from models import LMConfig
+    from models.lm import build_lm
+
+    m = build_lm(LMConfig(depth=1, d_model=32, n_heads=2, vocab_size=256))
+    quant.convert(m, QuantPolicy(w="fp8_e4m3", a="fp8_e4m3", norm_affine="fp8_e4m3", quantize_backward=False))
+    text = str(m)
+    lines = {line.split(":", 1)[0].strip(): line for line in text.splitlines() if ": MX" in line}
+    assert "(softmax)" in lines and "not quantized" in lines["(softmax)"] and "w=" not in lines["(softmax)"]
+    assert "not quantized" in lines["(qk)"] and "affine=fp8_e4m3" in lines["(attn_norm)"]
+    assert "w=fp8_e4m3, a=fp8_e4m3, forward only" in lines["(qkv)"]
+    quant.set_policy(m, QuantPolicy(vector_ops="bf16", attention=True, a="fp8_e5m2"))
+    text = str(m)
+    assert "bf16 rounding" in text and "attention a=fp8_e5m2" in text and "vector_ops=bf16" in text
