@@ -65,7 +65,8 @@ def _main(cfg: DictConfig) -> dict | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    if HydraConfig.get().mode == RunMode.RUN and (keys := sweep_only_keys(cfg)):
+    job = cfg.sweep.get("run_id") is not None  # one run of a sweep (its job), however it was started
+    if HydraConfig.get().mode == RunMode.RUN and not job and (keys := sweep_only_keys(cfg)):
         shown = ", ".join(keys[:3]) + (" …" if len(keys) > 3 else "")
         refuse(f"{shown}: sweep settings (from the command line or an experiment preset) need -m: "
                "python launch.py -m ...; without -m, drop them")  # fmt: skip

@@ -344,7 +344,7 @@ def test_job_refuses_a_config_that_does_not_match_its_planned_id(tmp_path):
 
 def test_finished_run_is_a_no_op_job(tmp_path):
     args = [
-        *QUIET,
+        "logger=disabled",  # a single run: sweep.* keys (sweep.progress) would be refused without -m
         "task=proxy",
         "model.width=8",
         "model.depth=1",
