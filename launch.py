@@ -237,6 +237,14 @@ def cli() -> None:
     except (HydraException, OmegaConfBaseException, SweepError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:  # e.g. an out_dir that cannot be created (Hydra makes it before main runs)
+        if (full := _disk_full(e)) is not None:
+            print(f"error: {full}; free space and relaunch the same command to resume", file=sys.stderr)
+            sys.exit(1)
+        where = f": {e.filename}" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}; choose an out_dir (or hydra.sweep.dir) that can be written",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     except KeyboardInterrupt as e:
         where = f" ({e})" if str(e) else ""
         print(f"interrupted{where}; relaunch the same command to resume", file=sys.stderr)

@@ -54,11 +54,12 @@ def test_lm_run_on_synthetic_data(tmp_path):
         ("precision.w=nvfp4 precision.block_size=8", "precision.block_size"),
         ("budget.flops=[0]", "budget.flops"),
         ("sweep.rerun=bogus", "sweep.rerun"),
+        ("out_dir=/proc/no/such/run", "/proc/no"),  # cannot be created
     ],
 )
 def test_bad_input_is_one_line_and_nonzero_before_any_work(tmp_path, override, field):
     out = tmp_path / "bad"
-    r = _launch("task=proxy", *override.split(), f"out_dir={out}")
+    r = _launch("task=proxy", f"out_dir={out}", *override.split())
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], r.stderr
