@@ -686,47 +686,57 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     return fig
 
 
-def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_panels: int = 12) -> Figure:
-    """Parent vs branches: one panel per parent and branch step (a row per parent when there are
-    several branch points), its train loss (black), its fp32 twin (grey dotted) and each intervention
-    from that step (colours shared across panels; one legend for the figure, outside the panels). Log y."""
+def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 8) -> Figure:
+    """Parent vs branches: a row per branched parent, a column per branch point (its earliest branch
+    step first), each panel with the parent's train loss (black), its fp32 twin (grey dotted) and every
+    intervention from that step (colours shared; one legend under the figure). Log y."""
     branches = runs[runs["parent"].notna()].sort_values(["parent", "branch_step"], kind="stable")
-    panels = list(dict.fromkeys(zip(branches["parent"], branches["branch_step"], strict=True)))[:max_panels]
+    parents = list(dict.fromkeys(branches["parent"]))[:max_parents]
+    steps = {p: sorted(set(branches.loc[branches["parent"] == p, "branch_step"])) for p in parents}
+    ncols = max((len(v) for v in steps.values()), default=1)
     names = list(dict.fromkeys(branches["variant"]))
     cmap = colormaps["tab10"]
     color = {n: cmap(i % 10) for i, n in enumerate(names)}
-    per_parent = max((sum(1 for p, _ in panels if p == q) for q, _ in panels), default=1)
-    ncols = per_parent if per_parent > 1 else 4
-    fig, axes = _grid(max(1, len(panels)), ncols=ncols, size=(3.4, 2.8))
+    nrows = max(1, len(parents))
+    fig = Figure(figsize=(4.2 * ncols, 2.9 * nrows + 0.6), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(nrows, ncols, squeeze=False))
     by_run = runs.set_index("run")
-    for ax, (parent, k) in zip(axes.flat, panels, strict=False):
+    for row, parent in enumerate(parents):
         c = curves[curves["run"] == parent].sort_values("step")
-        ax.plot(c["step"], c["loss"], color="black", lw=1.0, label="parent (no change)")
-        if "twin_loss" in c:
-            t = c.dropna(subset=["twin_loss"])
-            ax.plot(t["step"], t["twin_loss"], color="grey", lw=0.9, ls=":", label="fp32 twin")
-        here = branches[(branches["parent"] == parent) & (branches["branch_step"] == k)]
-        for _, b in here.iterrows():
-            bc = curves[curves["run"] == b["run"]].sort_values("step")
-            ax.plot(bc["step"], bc["loss"], color=color[b["variant"]], lw=0.9, label=b["variant"])
-        ax.axvline(k, color="grey", lw=0.6, ls="--")
         p = by_run.loc[parent]
-        f = here["branch_at"].iloc[0] if "branch_at" in here else np.nan
-        at = f"{k:.0f}, {f:g}× spike" if pd.notna(f) else f"{k:.0f}"
-        ax.set_title(f"{p['label']} seed {p['seed']:.0f} (branch @ {at})", fontsize=9)
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    if not panels:
+        for col in range(ncols):
+            ax = axes[row, col]
+            if col >= len(steps[parent]):
+                ax.set_visible(False)
+                continue
+            k = steps[parent][col]
+            ax.plot(c["step"], c["loss"], color="black", lw=1.0, label="parent (no change)")
+            if "twin_loss" in c:
+                t = c.dropna(subset=["twin_loss"])
+                ax.plot(t["step"], t["twin_loss"], color="grey", lw=0.9, ls=":", label="fp32 twin")
+            here = branches[(branches["parent"] == parent) & (branches["branch_step"] == k)]
+            for _, b in here.iterrows():
+                bc = curves[curves["run"] == b["run"]].sort_values("step")
+                ax.plot(bc["step"], bc["loss"], color=color[b["variant"]], lw=0.9, label=b["variant"])
+            ax.axvline(k, color="grey", lw=0.6, ls="--")
+            f = here["branch_at"].iloc[0] if "branch_at" in here else np.nan
+            at = f"step {k:.0f} ({f:g}× spike)" if pd.notna(f) else f"step {k:.0f}"
+            ax.set_title(f"{p['label']} seed {p['seed']:.0f}, branch at {at}", fontsize=8.5)
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+            if row == nrows - 1:
+                ax.set_xlabel("step")
+            if col == 0:
+                ax.set_ylabel("train loss")
+    if not parents:
         axes.flat[0].text(0.5, 0.5, "no branches", ha="center", va="center")
-    _hide_unused(axes, max(1, len(panels)))
-    axes.flat[0].set_ylabel("train loss")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    handles: dict = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
     if handles:
-        seen = dict(zip(labels, handles, strict=True))
-        fig.legend(
-            seen.values(), seen.keys(), loc="outside lower center", ncols=min(7, len(seen)), fontsize=9
-        )
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(4, len(handles)),
+                   fontsize=9)  # fmt: skip
     fig.suptitle("Interventions branched from each parent before its spike", fontsize=11)
     return fig
 

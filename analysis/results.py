@@ -90,6 +90,15 @@ class Source:
         return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
     @functools.cached_property
+    def planned_branches(self) -> int:
+        """Second-phase runs the sweep's manifest planned (this launch's and earlier ones')."""
+        from records import read_mapping
+
+        manifest = read_mapping(self.path / "manifest.json") or {}
+        runs = [*(manifest.get("runs") or []), *(manifest.get("earlier") or [])]
+        return len({r.get("name") for r in runs if isinstance(r, dict) and r.get("phase") == 2})
+
+    @functools.cached_property
     def search_rows(self) -> list[dict[str, Any]]:
         """The search log's rows of this sweep (``_source_search_rows``)."""
         return _source_search_rows(self)
@@ -300,7 +309,7 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
         doc.claim(title, NOT_RUN, rule, mech)
     else:
         branches = runs[runs["parent"].notna() & runs["status"].isin(["done", "diverged"])]
-        unfinished = int((runs["parent"].notna()).sum()) - len(branches)
+        unfinished = max(mech.planned_branches, int(runs["parent"].notna().sum())) - len(branches)
         blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
         hot = branches[branches["parent"].map(blew).astype(bool)]
         first = hot["branch_at"].min() if hot["branch_at"].notna().any() else None
