@@ -128,13 +128,16 @@ def _duration(seconds: float) -> str:
     return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s"
 
 
-def _load(name: str, command: str, path: Path, archives: Path, with_curves: bool = False) -> Source:
-    """A sweep's records; restored from its archive first when they are not on this machine."""
+def _load(
+    name: str, command: str, path: Path, archives: Path, with_curves: bool = False, runs: bool = True
+) -> Source:
+    """A sweep's records (``runs=False``: a study's single record, read by its section); restored
+    from its archive first when they are not on this machine."""
     from analysis import archive
 
     src = Source(name, command, path, archive=archive.archive_path(archives, name))
     src.restored = archive.restore(src.archive, path)
-    if path.is_dir():
+    if runs and path.is_dir():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RecordWarning)
             src.df = collect(path)
@@ -739,10 +742,8 @@ def write_results(
                       sweeps / "proxy_canonical", archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
-    bs_path = root / "studies" / "block_size_study"
-    bs = Source("block_size_study", "python launch.py experiment=block_size_study", bs_path,
-                archive=archive.archive_path(archives, "block_size_study"))  # fmt: skip
-    bs.restored = archive.restore(bs.archive, bs_path)
+    bs = _load("block_size_study", "python launch.py experiment=block_size_study",
+               root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
     for src in (mech, late, canonical, lm, bs):
         if src.ran and not src.restored:
             archive.pack(src.path, archives, src.name)

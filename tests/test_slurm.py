@@ -133,6 +133,23 @@ def _cancel(sweep_dir: Path) -> None:
         )
 
 
+@contextlib.contextmanager
+def _sweep_in_background(sweep_dir: Path, *extra: str):
+    """The sweep running in a child process (stdout and stderr together); on the way out, killed if it
+    still runs, and its jobs cancelled (a failed test must not hold the node for the next)."""
+    proc = subprocess.Popen(
+        _sweep_args(sweep_dir, *extra),
+        cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _cancel(sweep_dir)
+
+
 def _record(run_dir: Path) -> tuple[dict, list[dict]]:
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -240,11 +257,7 @@ def test_interrupted_job_requeues_and_resumes_bit_identical(
     slurm_cluster, reference_run, tmp_path, interrupt
 ):
     sweep_dir = tmp_path / "sweep"
-    proc = subprocess.Popen(
-        _sweep_args(sweep_dir, *LONG_RUN),
-        cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
+    with _sweep_in_background(sweep_dir, *LONG_RUN) as proc:
 
         def training() -> Path | None:
             assert proc.poll() is None, f"the sweep ended before the signal:\n{proc.stdout.read()[-3000:]}"
@@ -261,11 +274,6 @@ def test_interrupted_job_requeues_and_resumes_bit_identical(
         out, _ = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
         assert proc.returncode == 0, out[-3000:]
         _poll("the job to finish", lambda: _drained({job}), 60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        _cancel(sweep_dir)
 
     # SLURM ran it twice: the first attempt was requeued, the second completed
     attempts = [row[1] for row in _sacct("-D", "-j", job, "-o", "JobID,State")]
@@ -294,11 +302,7 @@ def test_a_cancelled_job_does_not_stop_the_driver(slurm_cluster, tmp_path):
     relaunch finishes it."""
     sweep_dir = tmp_path / "sweep"
     two = [*LONG_RUN, "sweep.seeds=[0,1]"]
-    proc = subprocess.Popen(
-        _sweep_args(sweep_dir, *two),
-        cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
+    with _sweep_in_background(sweep_dir, *two) as proc:
 
         def training_job() -> str | None:
             """The SLURM job of a run that is training now (its run lock names it)."""
@@ -316,11 +320,6 @@ def test_a_cancelled_job_does_not_stop_the_driver(slurm_cluster, tmp_path):
         assert r.returncode == 0, r.stderr
         out, _ = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
         _poll("the jobs to leave the queue", lambda: _drained(_jobs_of(sweep_dir) | jobs), 90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        _cancel(sweep_dir)
     assert proc.returncode == 2, out[-3000:]
     assert "relaunch the same command to resume" in out
     manifest = json.loads((sweep_dir / "manifest.json").read_text())
