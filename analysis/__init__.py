@@ -2,7 +2,7 @@
 
     from analysis import collect, fit_chinchilla
     df = collect("runs/my_sweep")              # one row per run
-    fit = fit_chinchilla(df[df.precision == "bf16/bf16"])
+    fit = fit_chinchilla(df[df.precision == "bf16"])
 
 Submodules: ``collect`` (records → frames), ``fits`` (Chinchilla fits), ``isoflop`` (minima, frontier,
 multipliers), ``instability`` (divergence/spike maps, clip fractions), ``plots`` (figures),

@@ -12,8 +12,9 @@ Columns of ``collect``:
   ``data.source`` …; lists and dicts as JSON text);
 - precision as it ran: ``w``, ``a``, the four backward roles ``w_bwd``, ``a_bwd``, ``g_dgrad``,
   ``g_wgrad`` with their defaults resolved (``fp32`` when forward-only), ``fwd_only``,
-  ``norm_affine``, ``block_size``, ``scale``; ``pair`` = ``"w/a"`` and ``precision``, a label that
-  adds every setting differing from the default (``"fp8_e4m3/bf16 fwd-only"``, ``"… bs=16"``);
+  ``norm_affine``, ``block_size``, ``scale``; ``pair`` = ``"w/a"`` (for W × A maps) and
+  ``precision``, the run's one label (``records.precision.label``: the sweep's name for it, else
+  built from the settings, e.g. ``"mxfp8_e4m3w-bf16a"``, ``"mxfp8_e4m3-fwd-bs16"``);
 - ``N``, ``D``, ``C`` (as run: a diverged run stops early), ``D_planned``, ``C_planned`` (at
   ``steps``), ``tokens_per_param`` = D_planned/N, ``budget`` (nominal compute: the sweeper's ``C`` from
   its ``manifest.json``, else ``C_planned`` grouped within 10 %);
@@ -44,43 +45,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from records import CONFIG, MANIFEST, METRICS, SUMMARY, RecordWarning, read_mapping, read_metrics
+from records import CONFIG, MANIFEST, METRICS, SUMMARY, RecordWarning, precision, read_mapping, read_metrics
 
 _SKIP_DIRS = {"ckpt", "__pycache__", "figures"}
 
-# Mirrors train.config.PrecisionConfig's defaults (a test keeps the two in step); analysis never
-# imports torch.
-PRECISION_DEFAULTS: dict[str, Any] = {
-    "w": "fp32",
-    "a": "fp32",
-    "w_bwd": None,
-    "a_bwd": None,
-    "g_dgrad": None,
-    "g_wgrad": None,
-    "block_size": 32,
-    "scale": "e8m0",
-    "scale_rule": "floor",
-    "rounding": "even",
-    "grad_rounding": None,
-    "quantize_backward": True,
-    "norm_affine": "none",
-    "norm_scale_rule": None,
-    "vector_ops": "none",
-    "attention": False,
-    "exclude": [],
-}
-BACKWARD_ROLES = ("w_bwd", "a_bwd", "g_dgrad", "g_wgrad")
-_BACKWARD_DEFAULTS = {"w_bwd": "w", "a_bwd": "a", "g_dgrad": "a", "g_wgrad": "g_dgrad"}
-_LABEL_KEYS = {  # setting → short tag in the precision label, when it differs from the default
-    "block_size": "bs",
-    "scale": "scale",
-    "scale_rule": "rule",
-    "rounding": "round",
-    "grad_rounding": "grad_round",
-    "norm_affine": "ln",
-    "norm_scale_rule": "ln_rule",
-    "vector_ops": "vec",
-}
 BUDGET_KEYS = ("sweep.C", "budget", "budget.flops", "sweep.budget", "train.budget", "flops_budget")
 _SUMMARY_SKIP = {"precision", "policy_final", "versions", "git"}
 
@@ -136,30 +104,21 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield key, v
 
 
-def precision_fields(prec: dict[str, Any] | None) -> dict[str, Any]:
-    """Columns describing what ran: formats with backward defaults resolved, flags and the labels."""
-    p = {**PRECISION_DEFAULTS, **(prec or {})}
-    fwd_only = not p["quantize_backward"]
-    out: dict[str, Any] = {"w": p["w"], "a": p["a"]}
-    resolved = {"w": p["w"], "a": p["a"]}
-    for role in BACKWARD_ROLES:
-        resolved[role] = p[role] if p[role] is not None else resolved[_BACKWARD_DEFAULTS[role]]
-        out[role] = "fp32" if fwd_only else resolved[role]
+def precision_fields(prec: dict[str, Any] | None, label: str | None = None) -> dict[str, Any]:
+    """Columns describing what ran: the forward and (resolved) backward formats, the flags, the
+    ``pair`` (``<w>/<a>``, for W × A maps) and ``precision``, the run's one label
+    (``records.precision.label``: ``label``, the sweep's name recorded as ``logger.label``, else
+    built from the settings)."""
+    p = precision.resolve(prec)
+    out: dict[str, Any] = {role: p[role] for role in ("w", "a", *precision.BACKWARD_ROLES)}
     out.update(
-        fwd_only=fwd_only,
+        fwd_only=not p["quantize_backward"],
         norm_affine=p["norm_affine"],
         block_size=p["block_size"],
         scale=p["scale"],
-        pair=f"{p['w']}/{p['a']}",
+        pair=precision.pair(p),
+        precision=precision.label(prec, label),
     )
-    tags = ["fwd-only"] if fwd_only else []
-    tags += [f"{role}={p[role]}" for role in BACKWARD_ROLES if p[role] is not None and not fwd_only]
-    tags += [f"{tag}={p[k]}" for k, tag in _LABEL_KEYS.items() if p[k] != PRECISION_DEFAULTS[k]]
-    if p["attention"]:
-        tags.append("attn")
-    if p["exclude"]:
-        tags.append("exclude=" + ",".join(p["exclude"]))
-    out["precision"] = " ".join([out["pair"], *tags])
     return out
 
 
@@ -186,7 +145,10 @@ def _row(run_dir: Path, root: Path, coords: dict[str, dict[str, Any]]) -> dict[s
     for k, v in coords.get(os.path.abspath(run_dir), {}).items():
         row[f"sweep.{k}"] = json.dumps(v) if isinstance(v, list | dict) else v
     prec = (summary or {}).get("precision") or (config or {}).get("precision")
-    row.update(precision_fields(prec if isinstance(prec, dict) else None))
+    logger = (config or {}).get("logger")
+    name = logger.get("label") if isinstance(logger, dict) else None
+    name = name if isinstance(name, str) else None
+    row.update(precision_fields(prec if isinstance(prec, dict) else None, name))
     if summary is None:
         row["status"] = "incomplete"
         return row

@@ -4,7 +4,8 @@ and loss against compute, as pure functions of the runs frame of ``analysis.coll
 Labels
     A run's display label is the sweep's *named* precision (``sweep.precision`` from the manifest:
     ``bf16``, ``mxfp4_e2m1``, ``e4m3w-bf16a``, ``e4m3-fwd`` …) where it has one, else ``collect``'s
-    ``precision`` label (``fp8_e4m3/bf16 fwd-only``). ``label_column`` adds it as ``label``.
+    ``precision`` label (``records.precision.label``, e.g. ``mxfp8_e4m3-fwd``). ``label_column`` adds
+    it as ``label``.
 
 Matching
     Δ_P = L_P − L_ref is taken between runs that differ *only* in precision: the same nominal budget,
@@ -63,7 +64,7 @@ __all__ = [
     "verdict",
 ]
 
-REFERENCE_LABELS = ("bf16", "bf16/bf16")
+REFERENCE_LABELS = ("bf16", "bf16/bf16")  # the second: records written before the one label
 FORMAT_ORDER = (
     "fp32",
     "bf16",
@@ -126,13 +127,12 @@ def _labelled(df: pd.DataFrame) -> pd.DataFrame:
 
 def reference_label(labels: Iterable[Any]) -> str | None:
     """``bf16`` or ``bf16/bf16`` (in that order of preference) if among ``labels``; else the shortest
-    label of a plain bf16/bf16 run (``bf16/bf16 ln=bf16``: collect's label with a non-default
-    setting); else None."""
+    label of a plain bf16 run (``bf16-ln_bf16``: the label with a non-default setting); else None."""
     present = {str(v) for v in labels if v is not None and not (isinstance(v, float) and math.isnan(v))}
     for ref in REFERENCE_LABELS:
         if ref in present:
             return ref
-    plain = sorted((p for p in present if p.startswith("bf16/bf16 ") and "fwd" not in p), key=len)
+    plain = sorted((p for p in present if p.startswith(("bf16-", "bf16/bf16 ")) and "fwd" not in p), key=len)
     return plain[0] if plain else None
 
 

@@ -5,8 +5,8 @@ The law has the form of Kumar et al. 2024, "Scaling Laws for Precision":
     L(N, D, P) = E + A / (N · m_P)^α + B / D^β,        m_ref = 1,
 
 with E, A, B, α, β shared by all precisions and one *effective-parameter multiplier* m_P > 0 for
-each precision other than the reference (``bf16`` by default; frames from ``analysis.collect`` label
-it ``bf16/bf16``, so pass ``reference="bf16/bf16"`` there).
+each precision other than the reference (``bf16`` by default: the label ``analysis.collect`` gives
+a bf16 run, ``records.precision.label``).
 
 Reading m_P
     Format P trains like a reference (bf16) model with m_P × the parameters: a run of N parameters in

@@ -370,9 +370,7 @@ class _Report:
         mult = isoflop.compute_multipliers(frontiers, ref)
         self.fits["multipliers"] = json.loads(mult.to_json(orient="records"))
         if ref is None:
-            self.add(
-                "No bf16/bf16 or fp32/fp32 frontier: effective-compute multipliers need a reference.", ""
-            )
+            self.add("No bf16 or fp32 frontier: effective-compute multipliers need a reference.", "")
             return
         self.add(
             f"### Effective-compute multiplier against {ref}",

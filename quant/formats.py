@@ -38,12 +38,15 @@ value, so the choice does not move results) and ``fp32`` (the exact amax/max "id
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
 
 import torch
+
+from records.precision import ALIASES
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,9 @@ RECIPES: dict[str, Recipe] = {
         Recipe("fp32", "fp32", block_size=None),
     )
 }
+# Short names (``precision.w=mxfp8``): the same recipe under a second name; records.precision owns the
+# list, so a run's label is the same whichever name it was configured with.
+RECIPES.update({alias: dataclasses.replace(RECIPES[target], name=alias) for alias, target in ALIASES.items()})
 
 
 def _lookup(table: dict, name: str, what: str):

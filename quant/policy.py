@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 from quant.formats import ELEM_FORMATS, RECIPES, SCALE_FORMATS, ElemKind, Rounding, ScaleRule, precision_names
 from quant.mx import QuantSpec
+from records.precision import DEFAULTS, INHERITS
 
 ROLES = ("w", "a", "w_bwd", "a_bwd", "g_dgrad", "g_wgrad")
 _BACKWARD_ROLES = ("w_bwd", "a_bwd", "g_dgrad", "g_wgrad")
-_DEFAULTS = {"w_bwd": "w", "a_bwd": "a", "g_dgrad": "a", "g_wgrad": "g_dgrad"}
 _IDENTITY = QuantSpec.make("fp32")
 
 
@@ -44,33 +44,33 @@ def _check_name(field: str, value: str, extra: tuple[str, ...] = ()) -> None:
 class QuantPolicy:
     """A typed, frozen precision policy (see the module docstring for the roles)."""
 
-    w: str = "fp32"
-    a: str = "fp32"
-    w_bwd: str | None = None
-    a_bwd: str | None = None
-    g_dgrad: str | None = None
-    g_wgrad: str | None = None
-    block_size: int = 32
-    scale: str = "e8m0"
-    scale_rule: str = "floor"
-    rounding: str = "even"
-    grad_rounding: str | None = None
+    w: str = DEFAULTS["w"]
+    a: str = DEFAULTS["a"]
+    w_bwd: str | None = DEFAULTS["w_bwd"]
+    a_bwd: str | None = DEFAULTS["a_bwd"]
+    g_dgrad: str | None = DEFAULTS["g_dgrad"]
+    g_wgrad: str | None = DEFAULTS["g_wgrad"]
+    block_size: int = DEFAULTS["block_size"]
+    scale: str = DEFAULTS["scale"]
+    scale_rule: str = DEFAULTS["scale_rule"]
+    rounding: str = DEFAULTS["rounding"]
+    grad_rounding: str | None = DEFAULTS["grad_rounding"]
     """Rounding of the two gradient roles (default: ``rounding``); ``stochastic`` is common here."""
-    quantize_backward: bool = True
-    norm_affine: str = "none"
+    quantize_backward: bool = DEFAULTS["quantize_backward"]
+    norm_affine: str = DEFAULTS["norm_affine"]
     """LayerNorm/RMSNorm γ and β: ``none`` (high precision), ``bf16`` (what the instability study's
     released emulator did) or a format/recipe (MX blocks of γ: the paper's clamping mechanism)."""
-    norm_scale_rule: str | None = None
+    norm_scale_rule: str | None = DEFAULTS["norm_scale_rule"]
     """Scale rule of the norm affine's blocks (default: ``scale_rule``). ``ceil`` never saturates: a
     block of γ in (0.875, 1) gets X = 2**-8 instead of 2**-9, so nothing is clamped to 0.875 (the
     γ-only intervention of the instability study, with every other tensor unchanged)."""
-    vector_ops: str = "none"
+    vector_ops: str = DEFAULTS["vector_ops"]
     """``bf16`` rounds inputs, outputs and gradients of norms, activations and softmax to bf16."""
-    attention: bool = False
+    attention: bool = DEFAULTS["attention"]
     """MX on the attention matmuls (QKᵀ, PV): operands use ``a``/``a_bwd``, gradients ``g_*``."""
-    exclude: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = DEFAULTS["exclude"]
     """fnmatch patterns of module names that ``quant.convert`` leaves alone, e.g. ("embed*",)."""
-    seed: int = 0
+    seed: int = DEFAULTS["seed"]
     """Seed of the generator behind stochastic rounding."""
 
     def __post_init__(self):
@@ -142,7 +142,7 @@ class QuantPolicy:
     def name_of(self, role: str) -> str:
         """The configured format name of ``role``, with the backward defaults resolved."""
         value = getattr(self, role)
-        return value if value is not None else self.name_of(_DEFAULTS[role])
+        return value if value is not None else self.name_of(INHERITS[role])
 
     def spec(self, role: str) -> QuantSpec:
         """The QuantSpec applied to tensor ``role`` (identity for backward roles when forward-only)."""

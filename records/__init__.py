@@ -4,10 +4,11 @@ it imports nothing from the rest of mxsweep.
 
 It owns the run directory (``run``: config.yaml, metrics.jsonl, summary.json, the environment),
 the atomic write (``atomic``), standard JSON (``jsonio``), the run identity (``identity``), the
-tolerant readers (``readers``), the run lock (``lock``) and where a branch starts (``branching``);
-the precision defaults and label are still to move here (issue 11).
+tolerant readers (``readers``), the run lock (``lock``), where a branch starts (``branching``), and
+the precision settings' defaults and their one label (``precision``).
 """
 
+from records import precision
 from records.atomic import DiskFull, atomic_write
 from records.branching import branch_fraction, spike_branch_step
 from records.identity import NOT_IDENTITY, identity, identity_of, run_id
@@ -37,6 +38,7 @@ __all__ = [
     "finite",
     "identity",
     "identity_of",
+    "precision",
     "read_mapping",
     "read_metrics",
     "read_summary",

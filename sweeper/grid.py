@@ -84,7 +84,7 @@ def _precisions(base: RunConfig, sweep: SweepConfig) -> list[_Precision]:
 
 
 def _precision_label(p: Any) -> str:
-    return f"{p.w}-{p.a}" + ("" if p.quantize_backward else "-fwd")
+    return p.label()  # records.precision.label: the same string in every reader of the record
 
 
 def _shapes(base: RunConfig, budget: BudgetConfig) -> list[tuple[dict[str, Any], Any]]:
@@ -247,7 +247,7 @@ def branch(
 
 
 _IN_SHAPE_LABEL = ("model.depth", "model.width", "model.d_model")
-_PLACEMENT = ("out_dir", "hydra.sweep.subdir", "sweep.run_id", "logger.wandb.group")
+_PLACEMENT = ("out_dir", "hydra.sweep.subdir", "sweep.run_id", "logger.wandb.group", "logger.label")
 
 
 def _place(run, parts, settings, combo, coords, sweep_dir: Path, cache: dict) -> PlannedRun:
@@ -256,6 +256,9 @@ def _place(run, parts, settings, combo, coords, sweep_dir: Path, cache: dict) ->
     out_dir = str(sweep_dir / name)
     run = dataclasses.replace(run, out_dir=out_dir)
     settings = {**settings, "out_dir": out_dir, "hydra.sweep.subdir": name, "sweep.run_id": rid}
+    if coords.get("precision") and coords["precision"] != run.precision.label():
+        settings["logger.label"] = coords["precision"]  # the sweep's name for it: the run's label
+        run = dataclasses.replace(run, logger=dataclasses.replace(run.logger, label=coords["precision"]))
     logger = getattr(run, "logger", None)
     wandb = getattr(logger, "wandb", None)
     if wandb is not None and getattr(wandb, "group", "") is None:

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 import analysis
+import records
 from analysis import fits, instability, isoflop
 from analysis.collect import (
-    PRECISION_DEFAULTS,
     collect,
     curves,
     export,
@@ -78,7 +78,7 @@ def write_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     steps = max(1, int(round(D / TOKENS_PER_STEP)))
     step = steps if status != "diverged" else max(1, int(0.6 * steps))
-    precision = {**PRECISION_DEFAULTS, "w": w, "a": a, "quantize_backward": not fwd_only}
+    precision = {**records.precision.DEFAULTS, "w": w, "a": a, "quantize_backward": not fwd_only}
     text = _config_template(w, a, fwd_only).replace("__OUT__", str(run_dir))
     (run_dir / "config.yaml").write_text(
         text.replace(" 12345\n", f" {steps}\n").replace(" 54321\n", f" {seed}\n")
@@ -188,16 +188,6 @@ def make_sweep(root: Path, noise: float = 0.003, n_metrics: int = 8) -> dict:
 # collect / curves
 
 
-def test_precision_defaults_match_train_config():
-    from train.config import PrecisionConfig
-
-    defaults = {
-        f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        for f in dataclasses.fields(PrecisionConfig)
-    }
-    assert defaults == PRECISION_DEFAULTS
-
-
 def test_precision_fields_resolve_backward_roles_and_label():
     p = precision_fields({"w": "fp8_e4m3", "a": "bf16", "g_dgrad": "fp8_e5m2"})
     assert (p["w_bwd"], p["a_bwd"], p["g_dgrad"], p["g_wgrad"]) == (
@@ -206,11 +196,12 @@ def test_precision_fields_resolve_backward_roles_and_label():
         "fp8_e5m2",
         "fp8_e5m2",
     )
-    assert p["pair"] == "fp8_e4m3/bf16" and p["precision"] == "fp8_e4m3/bf16 g_dgrad=fp8_e5m2"
+    assert p["pair"] == "fp8_e4m3/bf16" and p["precision"] == "mxfp8_e4m3w-bf16a-g_dgrad_mxfp8_e5m2"
     f = precision_fields({"w": "fp8_e4m3", "a": "fp8_e4m3", "quantize_backward": False, "block_size": 16})
     assert f["fwd_only"] and f["w_bwd"] == f["g_wgrad"] == "fp32"
-    assert f["precision"] == "fp8_e4m3/fp8_e4m3 fwd-only bs=16"
-    assert precision_fields(None)["precision"] == "fp32/fp32"
+    assert f["precision"] == "mxfp8_e4m3-fwd-bs16"
+    assert precision_fields(None)["precision"] == "fp32"
+    assert precision_fields({"w": "bf16", "a": "bf16"}, label="bf16_ref")["precision"] == "bf16_ref"
 
 
 def test_collect_reads_real_run_records(tmp_path, one_thread):
@@ -248,7 +239,7 @@ def test_collect_reads_real_run_records(tmp_path, one_thread):
     s = summaries["b/deeper/mx"]
     assert mx["status"] == "done" and mx["N"] == s["N"] and mx["D"] == s["D"] and mx["C"] == s["C"]
     assert mx["final_val_loss"] == pytest.approx(s["final_val_loss"])
-    assert mx["precision"] == "fp8_e4m3/fp8_e4m3 ln=fp8_e4m3" and mx["pair"] == "fp8_e4m3/fp8_e4m3"
+    assert mx["precision"] == "mxfp8_e4m3-ln_mxfp8_e4m3" and mx["pair"] == "fp8_e4m3/fp8_e4m3"
     assert mx["norm_affine"] == "fp8_e4m3" and not mx["fwd_only"] and mx["g_wgrad"] == "fp8_e4m3"
     assert mx["tokens_per_param"] == pytest.approx(s["D"] / s["N"])
     assert mx["model.width"] == 16 and mx["train.steps"] == 8 and mx["precision.w"] == "fp8_e4m3"
@@ -297,7 +288,7 @@ def test_incomplete_run_without_summary_is_a_row(tmp_path):
     write_run(tmp_path / "r", N=1e6, D=2e7, loss=3.0)
     (tmp_path / "r" / "summary.json").unlink()
     df = collect(tmp_path)
-    assert df.loc[0, "status"] == "incomplete" and df.loc[0, "precision"] == "bf16/bf16"
+    assert df.loc[0, "status"] == "incomplete" and df.loc[0, "precision"] == "bf16"
     assert not df.loc[0, "unstable"] and np.isnan(df.loc[0, "final_val_loss"])
 
 
@@ -619,14 +610,14 @@ def test_report_end_to_end(tmp_path):
     assert (sweep / "results.csv").exists() and (sweep / "curves.parquet").exists()
 
     fj = json.loads((sweep / "fits.json").read_text())
-    bf16 = fj["chinchilla"]["bf16/bf16"]
+    bf16 = fj["chinchilla"]["bf16"]
     assert bf16["alpha"] == pytest.approx(0.34, abs=0.05) and bf16["beta"] == pytest.approx(0.28, abs=0.03)
     assert bf16["ci"]["alpha"][0] < bf16["alpha"] < bf16["ci"]["alpha"][1]
     e5 = "fp8_e5m2/fp8_e5m2"
-    assert fj["chinchilla_with_diverged"][e5]["n"] > fj["chinchilla"][e5]["n"]
+    assert fj["chinchilla_with_diverged"]["mxfp8_e5m2"]["n"] > fj["chinchilla"]["mxfp8_e5m2"]["n"]
     mult = pd.DataFrame(fj["multipliers"])
-    assert (mult["reference"] == "bf16/bf16").all()
-    fp8 = mult[mult["precision"] == "fp8_e4m3/bf16"]["multiplier"]
+    assert (mult["reference"] == "bf16").all()
+    fp8 = mult[mult["precision"] == "mxfp8_e4m3w-bf16a"]["multiplier"]
     assert len(fp8) >= 3 and 0.35 < np.exp(np.log(fp8).mean()) < 0.7  # exactly 0.5 at E = 0
     inst = pd.DataFrame(fj["instability_pair_budget"])
     assert inst.loc[inst["pair"] == "bf16/bf16", "n_unstable"].sum() == 0
@@ -637,7 +628,7 @@ def test_report_end_to_end(tmp_path):
         "## Scaling-law fits",
         "## IsoFLOP analysis",
         "### Frontier",
-        "### Effective-compute multiplier against bf16/bf16",
+        "### Effective-compute multiplier against bf16",
         "## Instability",
         "### Clip fractions",
         "## Skipped records",

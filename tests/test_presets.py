@@ -66,6 +66,10 @@ TINY = {
         "train.spike_threshold=1e-9",  # every rise of the 2-step mean is a "spike": branches are planned
     ],
     "proxy_late_search": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_late_drift": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_late_lr": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_late_norm10": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_late_wide": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "block_size_study": [
         "study.weights=false",
@@ -85,6 +89,10 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism": (16, 0),  # branches are planned from the parents' records (sweep.branch_at)
     "proxy_canonical": (2, 0),
     "proxy_late_search": (2, 0),  # × the norm-LR multipliers of hydra.sweeper.params
+    "proxy_late_drift": (4, 0),
+    "proxy_late_lr": (4, 0),
+    "proxy_late_norm10": (2, 0),
+    "proxy_late_wide": (2, 0),
 }
 
 
@@ -133,6 +141,10 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
         "paper_llm": 25,
         "proxy_lr_sweep": 48,
         "proxy_late_search": 1,  # one seed × one norm-LR multiplier
+        "proxy_late_drift": 1,
+        "proxy_late_lr": 1,
+        "proxy_late_norm10": 1,
+        "proxy_late_wide": 1,
         "lm_precisions": 9,
     }.get(name)
     assert len(records) == (expected or first + second)
@@ -165,3 +177,52 @@ def _check_spike_branches(out) -> int:
         assert cfg["train"]["twin_every"] == 0 and summary["status"] in ("done", "diverged")
     assert len(branches) == 5 * sum(len(k) for k in expected.values())
     return len(branches)
+
+
+# -- config groups: every option composes, validates, and trains (issue 12) ----------------------------
+PRECISIONS = sorted(p.stem for p in (REPO / "conf" / "precision").glob("*.yaml"))
+
+
+def test_the_precision_group_has_the_studies_options():
+    formats = {"mxfp8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4",
+               "nvfp4_ue5m3", "bf16", "fp32"}  # fmt: skip
+    study = {"e4m3w_bf16a", "e5m2w_bf16a", "mxfp8_fwd", "mx_ln_e4m3", "mx_ln_bf16", "mx_ln_none"}
+    assert formats | study <= set(PRECISIONS)
+
+
+@pytest.mark.parametrize("option", PRECISIONS)
+def test_every_precision_option_composes_and_trains(option, tmp_path):
+    """``precision=<option>`` composes into a valid PrecisionConfig, and one tiny proxy run trains in it
+    (in-process: the loop, the quantizer and the record, a few steps)."""
+    from train.config import RunConfig
+    from train.hooks import default_hooks
+    from train.loop import train
+    from train.tasks import make_task
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        overrides = [f"precision={option}", "task=proxy", *LOGGER, f"out_dir={tmp_path}", "model.width=32",
+                     "model.depth=1", *TINY_PROXY]  # fmt: skip
+        cfg = compose("config", overrides=overrides)
+    run = to_run_config(cfg)
+    assert isinstance(run, RunConfig) and run.precision.policy() is not None
+    summary = train(run, make_task(run), default_hooks(run))
+    assert summary["status"] == "done" and summary["step"] == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "done"
+
+
+def test_precision_options_mean_what_they_say():
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+
+        def precision(*overrides):
+            return to_run_config(compose("config", overrides=[*overrides, *LOGGER])).precision
+
+        assert precision("precision=mxfp8") == precision("precision=mxfp8_e4m3")  # an alias
+        assert precision("precision=mxfp8").label() == "mxfp8_e4m3"
+        hybrid = precision("precision=e4m3w_bf16a")
+        assert (hybrid.w, hybrid.a, hybrid.policy().name_of("g_dgrad")) == ("fp8_e4m3", "bf16", "bf16")
+        assert not precision("precision=mxfp8_fwd").quantize_backward
+        assert precision("precision=mx_ln_e4m3").norm_affine == "fp8_e4m3"
+        assert precision("precision=mx_ln_none").norm_affine == "none"
+        assert precision("precision=nvfp4", "precision.a=bf16").a == "bf16"  # an option, then a field
+        short, full = precision("precision.w=mxfp8"), precision("precision.w=fp8_e4m3")
+        assert short.policy().spec("w") == full.policy().spec("w")

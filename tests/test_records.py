@@ -284,3 +284,78 @@ def test_disk_full_names_the_file_and_the_bytes(tmp_path, monkeypatch):
     with pytest.raises(DiskFull, match=r"summary.json \(12 bytes needed\)"):
         atomic_write(tmp_path / "summary.json", "x" * 12)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the precision defaults and the one label (issue 11; issue 12's "one precision label") -------------
+def test_quant_policy_takes_its_defaults_from_the_records_table():
+    import dataclasses
+
+    from quant import QuantPolicy
+    from records import precision
+
+    fields = {f.name: f.default for f in dataclasses.fields(QuantPolicy)}
+    assert fields == precision.DEFAULTS  # one table: a new policy field must get its default there
+    precision.DEFAULTS["block_size"]  # noqa: B018 (the key the label's bs tag reads)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (None, "fp32"),
+        ({"w": "bf16", "a": "bf16"}, "bf16"),
+        ({"w": "fp8_e4m3", "a": "fp8_e4m3"}, "mxfp8_e4m3"),
+        ({"w": "mxfp8_e4m3", "a": "mxfp8_e4m3"}, "mxfp8_e4m3"),  # the recipe: the same numerics
+        ({"w": "mxfp8", "a": "mxfp8"}, "mxfp8_e4m3"),  # its short name
+        ({"w": "fp8_e4m3", "a": "bf16"}, "mxfp8_e4m3w-bf16a"),
+        ({"w": "fp8_e4m3", "a": "fp8_e4m3", "quantize_backward": False}, "mxfp8_e4m3-fwd"),
+        ({"w": "fp8_e4m3", "a": "fp8_e4m3", "norm_affine": "fp8_e4m3"}, "mxfp8_e4m3-ln_mxfp8_e4m3"),
+        (
+            {"w": "fp8_e4m3", "a": "fp8_e4m3", "norm_affine": "fp8_e4m3", "norm_scale_rule": "ceil"},
+            "mxfp8_e4m3-ln_mxfp8_e4m3-ln_ceil",
+        ),
+        ({"w": "fp4_e2m1", "a": "fp4_e2m1", "block_size": 16, "scale": "ue5m3"}, "fp4_e2m1-bs16-ue5m3"),
+        ({"w": "fp8_e4m3", "a": "fp8_e4m3", "g_dgrad": "fp8_e5m2"}, "mxfp8_e4m3-g_dgrad_mxfp8_e5m2"),
+        ({"w": "fp8_e4m3", "a": "fp8_e4m3", "g_dgrad": "fp8_e4m3"}, "mxfp8_e4m3"),  # = inherited
+        ({"w": "nvfp4", "a": "nvfp4", "exclude": ["embed*", "head"]}, "nvfp4-excl2"),
+    ],
+)
+def test_the_precision_label(settings, expected):
+    from records import precision
+
+    assert precision.label(settings) == expected
+    assert precision.label(settings, name="my_name") == "my_name"
+    assert "/" not in expected and " " not in expected  # a directory name
+
+
+def test_resolve_fills_defaults_and_backward_roles():
+    from records import precision
+
+    p = precision.resolve({"w": "fp8_e4m3", "a": "bf16", "g_dgrad": "fp8_e5m2"})
+    resolved = (p["w_bwd"], p["a_bwd"], p["g_dgrad"], p["g_wgrad"])
+    assert resolved == ("fp8_e4m3", "bf16", "fp8_e5m2", "fp8_e5m2")
+    f = precision.resolve({"w": "fp8_e4m3", "a": "fp8_e4m3", "quantize_backward": False})
+    assert f["w_bwd"] == f["g_wgrad"] == "fp32" and f["block_size"] == 32
+
+
+def test_a_sweep_label_is_the_same_in_the_directory_status_record_and_report(tmp_path):
+    """A named precision ('mxfp8') and an unnamed one are labelled alike everywhere: the run
+    directory, --status, the record's config (logger.label) and analysis's precision column."""
+    import yaml
+    from launching import launch
+
+    from analysis import collect
+
+    sweep = tmp_path / "s"
+    args = ["-m", "experiment=smoke", "sweep.progress=false", "logger=disabled",
+            "sweep.precisions=[{name:mxfp8,w:fp8_e4m3,a:fp8_e4m3},{w:fp8_e4m3,a:bf16}]",
+            "budget.ladder=[{depth:1,d_model:32,n_heads:2}]", "budget.flops=[1e9]",
+            f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    r = launch(*args)
+    assert r.returncode == 0, r.stderr
+    runs = sorted(p.name for p in sweep.iterdir() if (p / "summary.json").exists())
+    assert [n.split("_C1e9")[0] for n in runs] == ["mxfp8", "mxfp8_e4m3w-bf16a"], runs
+    config = yaml.safe_load((sweep / runs[0] / "config.yaml").read_text())
+    assert config["logger"]["label"] == "mxfp8"
+    assert sorted(collect(sweep)["precision"]) == ["mxfp8", "mxfp8_e4m3w-bf16a"]
+    status = launch("--status", str(sweep))
+    assert status.returncode == 0 and "mxfp8_e4m3w-bf16a" in status.stdout and " mxfp8 " in status.stdout

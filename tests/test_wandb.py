@@ -82,7 +82,7 @@ def test_offline_run_mirrors_the_record(tmp_path):
     assert logged["run_id"] == run_id(out) == identity_hash(config)  # the wandb id is the mxsweep id
     assert logged["project"] == "mxsweep" and logged["name"] == "run" and logged["job_type"] == "train"
     assert logged["group"] == "sweep-a"
-    assert set(logged["tags"]) == {"task:proxy", "w:fp8_e4m3", "a:bf16", "smoke"}
+    assert set(logged["tags"]) == {"task:proxy", "precision:mxfp8_e4m3w-bf16a", "smoke"}
     assert logged["config"].pop("mxsweep") == {"run_id": identity_hash(config), "sweep": "sweep-a"}
     assert logged["config"] == config
     assert logged["summary"]["status"] == "done" == summary["status"]
@@ -135,7 +135,9 @@ def test_disabled_writes_nothing(tmp_path):
 def test_tags_and_config_validation():
     cfg = proxy_run(Path("x"))
     cfg.precision = PrecisionConfig(w="fp8_e4m3", a="fp8_e4m3", g_dgrad="fp8_e5m2", block_size=16)
-    assert precision_tags(cfg) == ["task:proxy", "w:fp8_e4m3", "a:fp8_e4m3", "g_dgrad:fp8_e5m2", "block:16"]
+    assert precision_tags(cfg) == ["task:proxy", "precision:mxfp8_e4m3-g_dgrad_mxfp8_e5m2-bs16"]
+    cfg.logger.label = "e4m3_grad_e5m2"  # the sweep's name for the precision is the run's label
+    assert precision_tags(cfg) == ["task:proxy", "precision:e4m3_grad_e5m2"]
     with pytest.raises(ValueError, match=r"logger\.wandb\.mode"):
         WandbConfig(mode="on")
     with pytest.raises(ValueError, match=r"logger\.wandb\.tags"):

@@ -21,6 +21,7 @@ from typing import Any
 
 from models import LMConfig, ProxyConfig
 from quant import QuantPolicy
+from records.precision import label as precision_label
 
 TASKS = ("lm", "proxy")
 LR_SCHEDULES = ("cosine", "constant")
@@ -38,6 +39,10 @@ class _PrecisionMethods:
     def policy(self, seed: int = 0) -> QuantPolicy:
         """The frozen ``QuantPolicy`` this config describes; ``seed`` seeds stochastic rounding."""
         return QuantPolicy(**dataclasses.asdict(self), seed=seed)  # QuantPolicy makes exclude a tuple
+
+    def label(self) -> str:
+        """The precision's label built from its settings (``records.precision.label``)."""
+        return precision_label(dataclasses.asdict(self))
 
     def replace(self, **changes: Any) -> PrecisionConfig:
         """A copy with ``changes`` applied (validated)."""
@@ -203,7 +208,8 @@ class WandbConfig:
     group: str | None = None
     """Runs of one sweep share a group (the sweep name); None: no group."""
     tags: list[str] = field(default_factory=list)
-    """Extra tags; the precision tags (``w:<fmt>``, ``a:<fmt>``, …) and ``task:<task>`` are always added."""
+    """Extra tags; ``precision:<label>`` (the run's one precision label) and ``task:<task>`` are always
+    added."""
 
     def __post_init__(self):
         if self.mode not in WANDB_MODES:
@@ -224,6 +230,10 @@ class LoggerConfig:
     console_every_s: float = 10.0
     """A single run prints a progress line (step, loss, val loss, lr, tokens/s, ETA) at most this
     often, in seconds (sweeps show their progress bar instead); 0: none."""
+    label: str | None = None
+    """The precision's name in records, reports and wandb (``records.precision.label``): a sweep sets
+    it to ``sweep.precisions[].name`` where the preset names its precisions; null: built from the
+    precision settings."""
 
     def __post_init__(self):
         if not self.console_every_s >= 0:
@@ -259,6 +269,11 @@ class RunConfig:
             raise ValueError("out_dir must be a non-empty path")
         for entry in self.train.schedule:  # every scheduled policy must be valid up front
             self.precision_at(entry.step)
+
+    @property
+    def label(self) -> str:
+        """The one precision label of this run (``logger.label``, else built from ``precision``)."""
+        return self.logger.label or self.precision.label()
 
     def precision_at(self, step: int) -> PrecisionConfig:
         """The precision in force for the update from ``step`` to ``step + 1``."""

@@ -7,9 +7,9 @@ What is logged (``WandbLogger``, placed after ``MetricsLogger`` in ``train.hooks
 * job_type: ``train``, or ``branch`` for a run branched from another's checkpoint;
 * history: every metrics.jsonl row, with the same keys and values, at ``step`` = the training step;
 * summary: summary.json, once it is written at the end of the run (status, losses, N, D, C, …);
-* group: ``logger.wandb.group`` (the sweep name; none by default); tags: ``task:<task>``, the
-  precision (``w:<fmt>``, ``a:<fmt>``, and the backward formats when they differ), plus
-  ``logger.wandb.tags``; name: the run directory's name.
+* group: ``logger.wandb.group`` (the sweep name; none by default); tags: ``task:<task>``,
+  ``precision:<label>`` (the one precision label, ``records.precision``), plus ``logger.wandb.tags``;
+  name: the run directory's name.
 
 Files: wandb writes under ``<out_dir>/wandb/``. The wandb run id is the mxsweep run id (the identity
 hash), kept in ``<out_dir>/wandb/run_id.txt`` (an older run keeps the id stored there), so a resumed
@@ -85,22 +85,10 @@ def resolve_mode(mode: str, env: Mapping[str, str] | None = None) -> str:
 
 
 def precision_tags(run: RunConfig) -> list[str]:
-    """``task:<task>``, ``w:<fmt>``, ``a:<fmt>`` and the backward formats that differ from forward."""
-    p = run.precision
-    tags = [f"task:{run.task}", f"w:{p.w}", f"a:{p.a}"]
-    for role, value, default in (
-        ("w_bwd", p.w_bwd, p.w),
-        ("a_bwd", p.a_bwd, p.a),
-        ("g_dgrad", p.g_dgrad, None),
-        ("g_wgrad", p.g_wgrad, None),
-    ):
-        if value is not None and value != default:
-            tags.append(f"{role}:{value}")
-    if p.block_size != 32:
-        tags.append(f"block:{p.block_size}")
-    if not p.quantize_backward:
-        tags.append("forward-only")
-    return tags
+    """``task:<task>`` and ``precision:<label>``: the run's one precision label (``RunConfig.label``,
+    the same string as its directory, ``--status`` and the report); the settings themselves are in the
+    run's config (``config.precision``), where wandb filters on them."""
+    return [f"task:{run.task}", f"precision:{run.label}"[:64]]
 
 
 def run_id(out_dir: str | Path, run: RunConfig | None = None) -> str:

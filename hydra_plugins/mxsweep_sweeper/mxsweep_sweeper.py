@@ -145,16 +145,23 @@ class MxSweeper(Sweeper):
                 )
 
     def combinations(self, arguments: list[str]) -> list[tuple[list[str], dict[str, str]]]:
-        """Every combination of the ordinary sweep overrides: (its override list, {swept key: value})."""
+        """Every combination of the ordinary sweep overrides: (its override list, {swept key: value}).
+
+        A command-line override of a key that the preset sweeps (``hydra.sweeper.params``) replaces
+        that axis: ``-m experiment=proxy_lr_sweep model.depth=4`` narrows the preset's depths to 4,
+        ``train.lr=1e-3,3e-3`` gives it two values of its own."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from sweeper.grid import SweepError
 
         assert self.hydra_context is not None
-        lines = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        given = parser.parse_overrides(list(arguments))
+        on_cli = {o.get_key_element() for o in given}
+        preset = [f"{k}={v}" for k, v in (self.params or {}).items()]
+        kept = [o for o in parser.parse_overrides(preset) if o.get_key_element() not in on_cli]
         axes: list[list[tuple[str, str, bool]]] = []
-        for override in parser.parse_overrides(lines):
+        for override in kept + given:
             key = override.get_key_element()
             if override.is_sweep_override():
                 if not override.is_discrete_sweep():
