@@ -33,8 +33,15 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from sweeper.config import LaunchConfig, sweep_only_keys, to_run_config
+from train.tasks import TASKS
 
 ConfigStore.instance().store(name="run_schema", node=LaunchConfig)
+# Each option of the model and data groups is typed by its task's schema (its defaults list names
+# `<task>_schema`): a key the schema lacks fails while composing, before anything runs.
+for _task, _spec in TASKS.items():
+    ConfigStore.instance().store(group="model", name=f"{_task}_schema", node=_spec.model)
+    if _spec.data is not None:
+        ConfigStore.instance().store(group="data", name=f"{_task}_schema", node=_spec.data)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -70,7 +77,7 @@ def _main(cfg: DictConfig) -> dict | None:
         shown = ", ".join(keys[:3]) + (" …" if len(keys) > 3 else "")
         refuse(f"{shown}: sweep settings (from the command line or an experiment preset) need -m: "
                "python launch.py -m ...; without -m, drop them")  # fmt: skip
-    if cfg.task == "block_size_study":
+    if cfg.get("study") is not None:  # a study (launch.STUDIES), not a training run
         return run_study(cfg)
     from train import distributed
     from train.loop import check_device
@@ -133,23 +140,34 @@ def _main(cfg: DictConfig) -> dict | None:
             job.hand_back(signum)
     keys = ("status", "final_val_loss", "min_val_loss", "steps", "N", "D", "C", "spike_step")
     result = {k: summary.get(k) for k in keys}
-    if distributed.is_main():  # under torchrun every rank returns here; one report is enough
+    if distributed.is_main() and planned is None:  # one report (torchrun); a sweep's job: the sweeper's line
         print(json.dumps(result))
         print(f"run record: {run.out_dir}")
     return result
 
 
+STUDIES = {"block_size": ("analysis.blocksize", "run_study")}
+"""``study.name`` → the module and function that run it as ``function(out_dir, **study)``: studies that
+are not training runs (imported on use: training jobs never load them)."""
+
+
 def run_study(cfg: DictConfig) -> dict | None:
-    """``task=block_size_study``: ``analysis.blocksize.run_study(out_dir, **study)`` (imported here:
-    training jobs never load it), a no-op when ``out_dir`` already holds its finished record."""
+    """``experiment=block_size_study``: the study ``study.name`` with the other ``study.*`` keys as its
+    arguments, a no-op when ``out_dir`` already holds its finished record."""
+    import importlib
+
     from omegaconf import OmegaConf
 
-    from analysis.blocksize import run_study as study
     from sweeper.status import read_summary
 
+    kwargs = OmegaConf.to_container(cfg.study, resolve=True)
+    if not isinstance(kwargs, dict) or kwargs.get("name") not in STUDIES:
+        name = kwargs.get("name") if isinstance(kwargs, dict) else kwargs
+        refuse(f"study.name={name!r} is not a study; use one of: {', '.join(STUDIES)}")
+    module, function = STUDIES[kwargs.pop("name")]
+    study = getattr(importlib.import_module(module), function)
     out_dir = str(cfg.out_dir)
     summary = read_summary(Path(out_dir))
-    kwargs = OmegaConf.to_container(cfg.study, resolve=True) if cfg.get("study") is not None else {}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}  # null: run_study's default
     if summary is not None and summary.get("status") == "done" and not kwargs.get("overwrite"):
         print(f"study record: {out_dir} (already done; study.overwrite=true redoes it)")
@@ -157,7 +175,7 @@ def run_study(cfg: DictConfig) -> dict | None:
     try:
         summary = study(out_dir, **kwargs)
     except TypeError as e:  # an unknown study.* key
-        refuse(f"study: {e}; see analysis.blocksize.run_study for its arguments")
+        refuse(f"study: {e}; see {module}.{function} for its arguments")
     except (ValueError, FileExistsError, RuntimeError) as e:  # e.g. the MiniLM weights are missing
         refuse(str(e).splitlines()[0])
     print(f"study record: {out_dir}")

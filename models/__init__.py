@@ -17,7 +17,7 @@ C = 6·N·D); see ``models.config``.
 from collections.abc import Callable
 from typing import Any
 
-from models.config import LMConfig, ProxyConfig
+from models.config import LMConfig, ModelConfig, ProxyConfig
 from models.lm import LM, build_lm
 from models.proxy import ResidualMLP, make_teacher_student, proxy_batch
 
@@ -32,6 +32,7 @@ __all__ = [
     "LM",
     "LMConfig",
     "MODELS",
+    "ModelConfig",
     "ProxyConfig",
     "ResidualMLP",
     "build_lm",

@@ -1,8 +1,11 @@
 """Model schemas: ``LMConfig`` (the OLMo-style LM) and ``ProxyConfig`` (the student–teacher MLP).
 
-Both are frozen dataclasses validated in ``__post_init__``; an invalid value fails at construction
-with a message naming the field (``model.<field>``, as in the Hydra config group) and how to fix it.
-They hold *sizes only*: precision is the ``quant`` policy's business, never the model's.
+Both subclass ``ModelConfig``, the type of a run's ``model`` (the ``model`` config group: each option
+is typed by its own schema, and OmegaConf accepts a subclass where the base is declared). They are
+validated in ``__post_init__``; an invalid value fails at construction with a message naming the
+field (``model.<field>``) and how to fix it. They are plain (not frozen) dataclasses because Hydra
+merges overrides into them; treat them as values. They hold *sizes only*: precision is the ``quant``
+policy's business, never the model's.
 
 Parameter count and FLOP convention
 -----------------------------------
@@ -46,8 +49,14 @@ def _check_choice(field: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"model.{field}={value!r} is unknown; use one of: {', '.join(choices)}")
 
 
-@dataclass(frozen=True)
-class LMConfig:
+@dataclass
+class ModelConfig:
+    """The base of every model schema: what a run's ``model`` field is declared as. A run's task
+    (``train.tasks.TASKS``) names the subclass its model must be."""
+
+
+@dataclass
+class LMConfig(ModelConfig):
     """The decoder-only LM of ``models.lm``. Width and heads follow the depth unless overridden."""
 
     depth: int = 4
@@ -120,8 +129,8 @@ class LMConfig:
         return 6 * self.n_params
 
 
-@dataclass(frozen=True)
-class ProxyConfig:
+@dataclass
+class ProxyConfig(ModelConfig):
     """The residual-MLP student and its frozen teacher of ``models.proxy``."""
 
     depth: int = 4

@@ -75,8 +75,10 @@ class BudgetConfig:
 class SweepConfig:
     """What ``python launch.py -m ...`` expands, and how (the ``mxsweep`` Hydra sweeper)."""
 
-    name: str = "multirun"
-    """The sweep's directory under ``outputs/sweeps/`` (``hydra.sweep.dir``); experiments set it."""
+    name: str | None = None
+    """The sweep's directory under ``outputs/sweeps/`` (``hydra.sweep.dir``); experiments set it, and
+    relaunching a named sweep resumes it. Unset (an ad-hoc ``-m key=a,b``): a new directory per launch,
+    ``multirun-<launch time>``, so two ad-hoc sweeps never share a manifest (name one to resume it)."""
     dry_run: bool = False
     """Print the table of runs and the count; submit nothing, write nothing."""
     rerun: str = "none"
@@ -123,7 +125,8 @@ class LaunchConfig(RunConfig):
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     study: Any = None
-    """Keyword arguments of a non-training task (``task=block_size_study``)."""
+    """A study that is not a training run: ``name`` (one of ``launch.STUDIES``) and its arguments
+    (``experiment=block_size_study``)."""
     overwrite: bool = False
     """A single run only: replace whatever ``out_dir`` holds (a finished run, or a run of another
     config) instead of refusing. Not part of the run's identity."""
@@ -151,8 +154,10 @@ def sweep_only_keys(cfg: DictConfig) -> list[str]:
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
-    """The typed, validated run of a composed config; ``ValueError`` (one line) on bad input."""
-    from train.data import DataConfig
+    """The typed, validated run of a composed config; ``ValueError`` (one line) on bad input. The
+    model and data sections are built with the schemas the run's task registers (``train.tasks``)."""
+    from train.config import _build
+    from train.tasks import task_spec
 
     known = {f.name for f in dataclasses.fields(LaunchConfig)} | {"hydra"}
     unknown = sorted(str(k) for k in cfg if k not in known)
@@ -164,13 +169,18 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
     try:
         names = [f.name for f in dataclasses.fields(RunConfig) if f.name in cfg]
         plain = {k: _plain(cfg, k) for k in names}
-        run: RunConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), plain))
-        if run.task == "lm":
-            data = run.data if isinstance(run.data, dict) else {}
-            run.data = DataConfig(**data)
-        else:
-            run.data = None
-        return run
+        task = str(plain.get("task", RunConfig.task))
+        spec = task_spec(task)
+        typed = OmegaConf.get_type(cfg, "model") if "model" in cfg else None
+        if typed is not None and typed not in (spec.model, dict) and isinstance(typed, type):
+            raise ValueError(
+                f"model is a {typed.__name__} option but task={task} needs a {spec.model.__name__}: "
+                f"choose a model option of that task (python launch.py --help lists them) or another task"
+            )
+        plain["model"] = _build("model", spec.model, plain.get("model") or {})
+        data = plain.get("data")
+        plain["data"] = _build("data", spec.data, data or {}) if spec.data is not None else None
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), plain))
     except TypeError as e:  # e.g. an unknown key added with +model.foo=1
         raise ValueError(str(e).split("\n")[0]) from None
     except Exception as e:  # OmegaConf validation errors carry the full key path in their first line
@@ -302,6 +312,28 @@ def _agent_start() -> float | None:
         return None
 
 
+def default_out_dir(task: str) -> str:
+    """``${default_out_dir:${task}}``, the run directory when ``out_dir`` is not given: under ``-m``
+    (a job of a sweeper that does not set ``out_dir`` itself, e.g. ``hydra/sweeper=basic``) the job's
+    own Hydra directory ``<sweep dir>/<job number>``, so two jobs never share one; else
+    ``outputs/runs/<task>-<launch time>``. (The mxsweep sweeper names every run's directory itself.)"""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hydra = HydraConfig.get()
+        if hydra.mode == RunMode.MULTIRUN:
+            return str(Path(hydra.sweep.dir) / str(hydra.sweep.subdir))
+    except Exception:  # no Hydra context (tests composing by hand), or a sweeper planning (no job yet)
+        pass
+    return f"outputs/runs/{task}-{launch_time('%Y%m%d-%H%M%S')}"
+
+
+def sweep_dir_name(name: str | None) -> str:
+    """``${sweep_dir_name:${sweep.name}}``: ``sweep.name``, else ``multirun-<launch time>``."""
+    return str(name) if name else launch_time("multirun-%Y%m%d-%H%M%S")
+
+
 def rank0_only(value: str) -> str | None:
     """``${rank0_only:.hydra}``: ``value`` on rank 0 and None on the others (hydra.output_subdir: one
     copy of the composed config per run, not one per rank)."""
@@ -310,3 +342,5 @@ def rank0_only(value: str) -> str | None:
 
 OmegaConf.register_new_resolver("launch_time", launch_time, replace=True)
 OmegaConf.register_new_resolver("rank0_only", rank0_only, replace=True)
+OmegaConf.register_new_resolver("sweep_dir_name", sweep_dir_name, replace=True)
+OmegaConf.register_new_resolver("default_out_dir", default_out_dir, replace=True)

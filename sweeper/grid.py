@@ -60,9 +60,9 @@ class _Precision:
 
 def tokens_per_step(run: RunConfig) -> int:
     """Tokens (LM: batch × sequence length) or samples (proxy: batch) per optimizer step."""
-    if run.task == "lm":
-        return run.train.batch_size * run.data.seq_len
-    return run.train.batch_size
+    from train.tasks import task_spec
+
+    return task_spec(run.task).tokens_per_step(run)
 
 
 def _precisions(base: RunConfig, sweep: SweepConfig) -> list[_Precision]:
@@ -161,7 +161,7 @@ def expand(
             train["seed"] = seed
         settings.update({f"train.{k}": v for k, v in train.items()})
         data = base.data
-        if seed is not None and base.task == "lm":
+        if seed is not None and base.data is not None:  # the data order has a seed of its own
             data = dataclasses.replace(base.data, seed=seed)
             settings["data.seed"] = seed
         try:

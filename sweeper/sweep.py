@@ -21,7 +21,7 @@ from typing import Any
 from sweeper.config import resource_rule
 from sweeper.grid import PlannedRun, SweepError
 from sweeper.status import STATUSES, counts_line, read_manifest, read_summary, run_status, write_manifest
-from sweeper.table import duration, format_table, num, sci
+from sweeper.table import duration, format_table, loss, num, sci
 
 
 @dataclass
@@ -194,17 +194,21 @@ def _manifest(
 
 
 class Progress:
-    """A tqdm bar over the launched runs, fed by polling their run directories (works for any
-    launcher: in-process, local processes or a cluster on a shared filesystem)."""
+    """The sweep's console: one short line per finished run (status, final val loss, steps, run
+    directory) above one tqdm bar over the launched runs (``enabled``; the lines alone otherwise),
+    fed by polling the run directories, so it works for any launcher: in-process, local processes or
+    a cluster on a shared filesystem. Lines go through ``tqdm.write``, so they never tear the bar."""
 
     def __init__(self, runs: Sequence[PlannedRun], enabled: bool, every: float = 1.0):
         self.runs, self.every, self.stop = list(runs), every, threading.Event()
         self.before = {p.name: _mtime(p.out_dir / "summary.json") for p in self.runs}
-        self.bar, self.thread = None, None
-        if enabled and self.runs:
+        self.reported: set[str] = set()
+        self.bar, self.thread, self.lock = None, None, threading.Lock()
+        if self.runs:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=len(self.runs), desc="runs", unit="run", file=sys.stderr, leave=True)
+            self.bar = tqdm(total=len(self.runs), desc="runs", unit="run", file=sys.stderr, leave=True,
+                            disable=not enabled)  # fmt: skip
             self.thread = threading.Thread(target=self._poll, name="mxsweep-progress", daemon=True)
             self.thread.start()
 
@@ -212,21 +216,36 @@ class Progress:
         done: dict[str, int] = {}
         for p in self.runs:
             if _mtime(p.out_dir / "summary.json") != self.before[p.name]:
-                status = (read_summary(p.out_dir) or {}).get("status")
+                summary = read_summary(p.out_dir) or {}
+                status = summary.get("status")
                 if status in ("done", "diverged", "failed"):
                     done[status] = done.get(status, 0) + 1
+                    if p.name not in self.reported:
+                        self.reported.add(p.name)
+                        self._line(p, status, summary)
         return done
+
+    def _line(self, p: PlannedRun, status: str, summary: dict[str, Any]) -> None:
+        from tqdm import tqdm
+
+        shown = f"val {loss(summary.get('final_val_loss')):>6}"
+        if status == "failed":
+            shown = str(summary.get("error") or "")[:60]
+        tqdm.write(f"{status:<8} {p.name}  {shown}  step {summary.get('step', '-')}", file=sys.stdout)
 
     def _poll(self) -> None:
         while not self.stop.wait(self.every):
             self._update()
 
     def _update(self) -> None:
-        done = self._finished()
-        if sum(done.values()) != self.bar.n or sys.stderr.isatty():  # a log file gets one line per run
-            self.bar.n = sum(done.values())
-            self.bar.set_postfix(done, refresh=False)
-            self.bar.refresh()
+        with self.lock:
+            done = self._finished()
+            if self.bar.disable:
+                return
+            if sum(done.values()) != self.bar.n or sys.stderr.isatty():  # a log file: one line per run
+                self.bar.n = sum(done.values())
+                self.bar.set_postfix(done, refresh=False)
+                self.bar.refresh()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -12,10 +12,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from launching import REPO
 
-import launch  # noqa: F401 -- registers the root schema (run_schema) in Hydra's ConfigStore
+import launch  # registers the root schema (run_schema) and the group schemas in Hydra's ConfigStore
 from sweeper.config import sweep_settings, to_run_config
 from sweeper.grid import branch, expand
-from train.config import TASKS
 
 PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 LOGGER = ["logger=disabled"]
@@ -105,10 +104,11 @@ def test_preset_composes_and_expands(name, tmp_path):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"experiment={name}", *LOGGER], return_hydra_config=True)
     assert cfg.hydra.sweeper._target_.endswith("MxSweeper")
-    if cfg.task not in TASKS:  # a single non-training run: its arguments must be run_study's
+    if cfg.get("study") is not None:  # a study, not training runs: its arguments must be run_study's
         from analysis.blocksize import run_study
 
-        assert set(cfg.study) <= set(inspect.signature(run_study).parameters)
+        assert cfg.study.name in launch.STUDIES
+        assert set(cfg.study) - {"name"} <= set(inspect.signature(run_study).parameters)
         return
     base = to_run_config(cfg)
     sweep, budget = sweep_settings(cfg)
@@ -190,24 +190,72 @@ def test_the_precision_group_has_the_studies_options():
     assert formats | study <= set(PRECISIONS)
 
 
-@pytest.mark.parametrize("option", PRECISIONS)
-def test_every_precision_option_composes_and_trains(option, tmp_path):
-    """``precision=<option>`` composes into a valid PrecisionConfig, and one tiny proxy run trains in it
-    (in-process: the loop, the quantizer and the record, a few steps)."""
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
+
+
+TINY_LM_RUN = ["model.depth=1", "model.d_model=32", "model.n_heads=2", "data.seq_len=16", "train.steps=2",
+               "train.batch_size=2", "train.eval_every=0", "train.eval_batches=1"]  # fmt: skip
+TINY_PROXY_RUN = ["model.width=32", "model.depth=1", *TINY_PROXY]
+GROUP_OPTIONS = [  # (group, option, the task it runs under)
+    *[("precision", o, "proxy") for o in _options("precision")],
+    *[("model", o, "lm" if o.startswith("lm") else "proxy") for o in _options("model")],
+    *[("data", o, "lm") for o in _options("data")],
+    *[("optim", o, t) for o in _options("optim") for t in ("lm", "proxy")],
+    *[("task", o, o) for o in _options("task")],
+]
+
+
+@pytest.mark.parametrize(("group", "option", "task"), GROUP_OPTIONS)
+def test_every_option_of_every_group_composes_and_trains(group, option, task, tmp_path):
+    """``<group>=<option>`` composes into a valid, typed RunConfig (model and data typed by the task's
+    schemas), and a tiny run trains with it in-process (the loop, the quantizer and the record)."""
+    from models import CONFIGS
     from train.config import RunConfig
     from train.hooks import default_hooks
     from train.loop import train
     from train.tasks import make_task
 
+    tiny = TINY_LM_RUN if task == "lm" else TINY_PROXY_RUN
+    extra = []
+    if group == "data" and option == "tokens":  # a tiny token file stands in for FineWeb-Edu
+        import numpy as np
+
+        ids = np.random.default_rng(0).integers(0, 256, 4096).astype(np.uint16)
+        ids.tofile(tmp_path / "train.bin")
+        ids.tofile(tmp_path / "val.bin")
+        extra = [
+            f"data.path={tmp_path / 'train.bin'}",
+            f"data.val_path={tmp_path / 'val.bin'}",
+            "data.vocab_size=256",
+        ]
+    if task == "lm" and group != "data":
+        extra.append("data=synthetic")  # litmix needs its prepared corpus (data=litmix below)
+    overrides = [f"task={task}", f"{group}={option}", *LOGGER, f"out_dir={tmp_path / 'run'}", *tiny, *extra]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        overrides = [f"precision={option}", "task=proxy", *LOGGER, f"out_dir={tmp_path}", "model.width=32",
-                     "model.depth=1", *TINY_PROXY]  # fmt: skip
-        cfg = compose("config", overrides=overrides)
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    assert cfg.hydra.runtime.choices[group] == option if group != "task" else cfg.task == option
     run = to_run_config(cfg)
-    assert isinstance(run, RunConfig) and run.precision.policy() is not None
+    assert isinstance(run, RunConfig) and type(run.model) is CONFIGS[run.task]
+    assert (run.data is None) == (run.task == "proxy")
+    if group == "data" and option == "litmix":
+        from train.corpus import is_prepared
+        from train.data import default_data_dir
+
+        if not is_prepared(default_data_dir() / "litmix"):  # its preparation is tested in test_data.py
+            pytest.skip("litmix is not prepared here (python -m train.corpus prepare); composed and typed")
     summary = train(run, make_task(run), default_hooks(run))
     assert summary["status"] == "done" and summary["step"] == 2
-    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "done"
+
+
+def test_a_model_of_another_task_or_an_unknown_field_fails_while_composing():
+    from hydra.errors import ConfigCompositionException
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException):  # the proxy's schema has no d_model
+            compose("config", overrides=["task=proxy", "model.d_model=64", *LOGGER])
+        with pytest.raises(ValueError, match="needs a LMConfig"):
+            to_run_config(compose("config", overrides=["task=lm", "model=proxy", *LOGGER]))
 
 
 def test_precision_options_mean_what_they_say():

@@ -513,3 +513,72 @@ def test_a_job_that_raises_before_training_is_recorded_failed_not_retried_foreve
     assert r.returncode == 0 and "1 runs asked, 1 skipped, 0 to launch" in r.stdout, r.stdout + r.stderr
     r = sweep(tmp_path / "s", *one, "sweep.rerun=failed")
     assert "1 runs asked, 0 skipped, 1 to launch" in r.stdout, r.stdout + r.stderr
+
+
+# -- Hydra-native sweeping (issue 12) ----------------------------------------------------------------
+TINY_PROXY_RUN = ["task=proxy", "model.width=8", "model.depth=1", "train.steps=2", "logger=disabled"]
+
+
+def _launch_in(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python <repo>/launch.py *args`` from ``cwd``: default output paths land under ``cwd``."""
+    return subprocess.run([sys.executable, str(REPO / "launch.py"), *args], cwd=cwd, env=child_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_ad_hoc_sweeps_never_share_a_directory(tmp_path):
+    """Two unnamed `-m key=a,b` sweeps used to land in outputs/sweeps/multirun, the second overwriting
+    the first's manifest; each now gets multirun-<launch time>."""
+    args = ["-m", *TINY_PROXY_RUN, "train.lr=1e-3,3e-3", "sweep.progress=false"]
+    first = _launch_in(tmp_path, *args)
+    assert first.returncode == 0, first.stderr
+    time.sleep(1.1)  # the directory's name has one-second resolution
+    second = _launch_in(tmp_path, *args)
+    assert second.returncode == 0, second.stderr
+    dirs = sorted((tmp_path / "outputs" / "sweeps").iterdir())
+    assert len(dirs) == 2 and all(d.name.startswith("multirun-") for d in dirs), dirs
+    for d in dirs:
+        manifest = json.loads((d / "manifest.json").read_text())
+        assert manifest["counts"]["launched"] == 2 and manifest["name"] == d.name
+
+
+def test_the_basic_sweeper_gives_each_job_its_own_run_directory(tmp_path):
+    """hydra/sweeper=basic with two values crashed: both jobs wrote one outputs/runs/<task>-<time>."""
+    r = _launch_in(tmp_path, "-m", "hydra/sweeper=basic", *TINY_PROXY_RUN, "train.lr=1e-3,3e-3")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (sweep_dir,) = (tmp_path / "outputs" / "sweeps").iterdir()
+    lrs = {json.loads((sweep_dir / job / "summary.json").read_text())["status"] for job in ("0", "1")}
+    assert lrs == {"done"} and not (tmp_path / "outputs" / "runs").exists()
+    configs = [OmegaConf.load(sweep_dir / job / "config.yaml") for job in ("0", "1")]
+    assert sorted(c.train.lr for c in configs) == [1e-3, 3e-3]
+
+
+def test_a_command_line_value_narrows_a_preset_axis(tmp_path):
+    """`-m experiment=proxy_lr_sweep model.depth=4` failed with "two runs of this sweep have the same
+    training config"; the preset's depth axis is now replaced by the command line's value."""
+    r = launch("-m", "experiment=proxy_lr_sweep", "model.depth=4", "train.lr=1e-3,3e-3", "sweep.dry_run=true",
+               f"hydra.sweep.dir={tmp_path}", "logger=disabled")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "16 runs asked" in r.stdout  # 4 precisions × 2 widths × 2 LRs (× 1 depth)
+    rows = [line for line in r.stdout.splitlines() if "pending" in line]
+    assert len(rows) == 16 and all(" 4 " in row for row in rows)
+    gone = launch("-m", "experiment=proxy_lr_sweep", "hydra.sweeper.params=null", "sweep.dry_run=true",
+                  f"hydra.sweep.dir={tmp_path}", "logger=disabled")  # fmt: skip
+    assert gone.returncode == 0 and "4 runs asked" in gone.stdout, gone.stderr
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
+
+
+def test_a_local_sweep_prints_one_line_per_run_and_no_banners(tmp_path):
+    """A 4-run local sweep with the wandb logger used to print 148 lines (Hydra's override line per job,
+    ~32 wandb lines per run, each job's JSON): now its header, one line per run, the bar and the
+    counts. wandb still records every run."""
+    r = launch("-m", "experiment=smoke", f"hydra.sweep.dir={tmp_path}", "logger=offline")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout + r.stderr
+    lines = [line for line in out.replace("\r", "\n").splitlines() if line.strip() and "runs:" not in line]
+    assert len(lines) <= 15, out
+    assert "wandb:" not in out and "[HYDRA]" not in out and '{"status"' not in out, out
+    runs = sorted(p for p in tmp_path.iterdir() if (p / "summary.json").exists())
+    assert len(runs) == 4
+    for run in runs:
+        assert sum(run.name in line and line.startswith("done") for line in lines) == 1, (run.name, lines)
+        assert list((run / "wandb").glob("offline-run-*")), "wandb must still record the run"

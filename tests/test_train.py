@@ -369,8 +369,13 @@ def test_lm_task_accounting():
     assert task.tokens_per_step == 256 and task.flops_per_step == 6 * LM_CFG.n_params * 256
     model = task.build(0)
     assert torch.isfinite(task.loss(model, task.batch(0)))
+    from train.data import DataConfig
+
+    run = lm_run("x")
+    assert run.data == DataConfig()  # the LM task's data schema fills in a run given none (train.tasks)
+    run.data = None  # emptied after construction
     with pytest.raises(ValueError, match="needs data"):
-        make_task(lm_run("x"))
+        make_task(run)
 
 
 def test_lm_on_the_data_module(tmp_path):

@@ -19,11 +19,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from models import LMConfig, ProxyConfig
+from models import ModelConfig
 from quant import QuantPolicy
 from records.precision import label as precision_label
+from train.data import DataConfig
+from train.tasks import task_spec
 
-TASKS = ("lm", "proxy")
 LR_SCHEDULES = ("cosine", "constant")
 AUTOCASTS = ("none", "bf16")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
@@ -240,31 +241,52 @@ class LoggerConfig:
             raise ValueError(f"logger.console_every_s={self.console_every_s} must be >= 0 (seconds; 0: off)")
 
 
+def _build(key: str, schema: type, values: dict[str, Any]) -> Any:
+    """``schema(**values)``; unknown keys fail in one line naming the schema's fields."""
+    fields = [f.name for f in dataclasses.fields(schema)]
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"{key}.{unknown[0]} is not a field of {schema.__name__}; its fields: {', '.join(fields)}"
+        )
+    return schema(**values)
+
+
 @dataclass
 class RunConfig:
     """One training run: task, model sizes, precision, optimisation, data, output directory."""
 
     task: str = "proxy"
-    """``lm`` or ``proxy``."""
-    model: Any = None
-    """``LMConfig`` for ``lm``, ``ProxyConfig`` for ``proxy`` (typed Any: OmegaConf has no unions of
-    dataclasses)."""
+    """A registered task (``train.tasks.TASKS``): ``lm`` or ``proxy``."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The task's model schema (``LMConfig`` for ``lm``, ``ProxyConfig`` for ``proxy``; the ``model``
+    config group). Declared as the base: OmegaConf takes the subclass an option is typed by."""
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    data: Any = None
-    """The LM's data config (``train.data.DataConfig``); unused by the proxy."""
+    data: DataConfig | None = None
+    """The task's data schema (``DataConfig`` for ``lm``, the ``data`` group); None for the proxy,
+    which draws its own inputs. Unset for the LM: ``DataConfig()``."""
     out_dir: str = "runs/unnamed"
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     """Logging only: not part of the run's identity (a resume may change it)."""
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise ValueError(f"task={self.task!r} is unknown; use one of: {', '.join(TASKS)}")
-        expected = LMConfig if self.task == "lm" else ProxyConfig
+        spec = task_spec(self.task)
         if isinstance(self.model, dict):
-            self.model = expected(**self.model)
-        if not isinstance(self.model, expected):
-            raise ValueError(f"model must be a {expected.__name__} for task={self.task!r}")
+            self.model = _build("model", spec.model, self.model)
+        elif type(self.model) is ModelConfig:  # no model given: the task's defaults
+            self.model = spec.model()
+        if not isinstance(self.model, spec.model):
+            raise ValueError(
+                f"model is a {type(self.model).__name__} but task={self.task} needs a {spec.model.__name__}: "
+                f"choose a model option of that task (or task=<the model's task>)"
+            )
+        if spec.data is None:
+            self.data = None  # the task draws its own inputs
+        elif self.data is None:
+            self.data = spec.data()
+        elif isinstance(self.data, dict):
+            self.data = _build("data", spec.data, self.data)
         if not self.out_dir:
             raise ValueError("out_dir must be a non-empty path")
         for entry in self.train.schedule:  # every scheduled policy must be valid up front

@@ -57,7 +57,7 @@ class ByteTokenizer:
         return bytes(np.asarray(ids, dtype=np.uint8).tobytes()).decode("utf-8", errors="replace")
 
 
-@dataclass(frozen=True)
+@dataclass
 class DataConfig:
     """What to train on and how to cut it into sequences (the ``data`` config group)."""
 

@@ -41,7 +41,7 @@ from quant import QuantPolicy
 from records import run as record
 from train import checkpoint, distributed
 from train.config import RunConfig, TrainConfig
-from train.tasks import Task
+from train.tasks import TASKS, Task, task_spec
 
 
 @dataclass
@@ -161,8 +161,9 @@ def train(run: RunConfig, task: Task, hooks: Sequence[Any] = (), *, overwrite: b
     check_device(distributed.resolve_device(run.train.device))
     with _process_group(run) as (rank, world):
         if world > 1:
-            if run.task != "lm" or run.train.twin_every:
-                raise ValueError("multi-process training supports task=lm without the fp32 twin")
+            if not task_spec(run.task).distributed or run.train.twin_every:
+                tasks = ", ".join(n for n, s in TASKS.items() if s.distributed)
+                raise ValueError(f"multi-process training supports task={tasks} without the fp32 twin")
             run.out_dir = distributed.broadcast(run.out_dir)  # e.g. a timestamp resolved per rank
         if rank == 0:
             record.prepare(run.out_dir, run, overwrite)

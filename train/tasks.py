@@ -9,10 +9,18 @@ branching replay the same data order), computes the loss and knows its token/FLO
   ``epoch(step)``). Defaults: AdamW (0.9, 0.95), warm-up + cosine.
 * ``ProxyTask``: the student–teacher MLP of ``models.proxy`` under MSE, with x ~ N(0, I) drawn
   fresh per step from a generator seeded by (seed, step). Defaults: Adam (0.9, 0.999), constant LR.
+
+``TASKS`` is the registry every task-dependent decision goes through (no ``task == "lm"`` tests
+elsewhere): a run's ``task`` names its ``TaskSpec`` — the model schema its ``model`` must be, the data
+schema (None: the task draws its own inputs), the builder of its ``Task``, the samples or tokens of
+one step (known before any data is loaded: the sweeper plans budgets with it), and whether it trains
+under ``torchrun``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,6 +30,7 @@ import torch.nn.functional as F
 
 from models import LMConfig, ProxyConfig, build_lm, make_teacher_student, proxy_batch
 from train import distributed
+from train.data import DataConfig
 
 
 class TokenSource(Protocol):
@@ -144,14 +153,9 @@ class ProxyTask:
         return 0.0  # fresh samples every step: never an epoch boundary
 
 
-def make_task(run: Any, source: TokenSource | None = None) -> Task:
-    """The task of a ``RunConfig``. The LM reads ``source`` if given, else the batches of ``run.data``
-    (a ``train.data.DataConfig``, loaded with ``train.data.make_batches``; under ``torchrun`` this
-    rank's shard of every global batch)."""
+def _lm_task(run: Any, source: TokenSource | None = None) -> Task:
     t = run.train
     device = distributed.resolve_device(t.device)
-    if run.task == "proxy":
-        return ProxyTask(run.model, t.batch_size, t.seed, t.eval_batches, device)
     if source is None:
         if run.data is None:
             raise ValueError("task='lm' needs data: set run.data (a DataConfig) or pass a token source")
@@ -163,3 +167,45 @@ def make_task(run: Any, source: TokenSource | None = None) -> Task:
     if vocab is not None and vocab > run.model.vocab_size:
         raise ValueError(f"model.vocab_size={run.model.vocab_size} < the data's vocabulary {vocab}; raise it")
     return LMTask(run.model, source, t.eval_batches, device)
+
+
+def _proxy_task(run: Any, source: TokenSource | None = None) -> Task:
+    t = run.train
+    return ProxyTask(run.model, t.batch_size, t.seed, t.eval_batches, distributed.resolve_device(t.device))
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task name stands for (see the module docstring)."""
+
+    model: type
+    """The model schema (``models.CONFIGS``) a run of this task must have."""
+    data: type | None
+    """The data schema, or None: the task makes its own inputs and a run has ``data: null``."""
+    make: Callable[..., Task]
+    """``(run, source=None) -> Task``."""
+    tokens_per_step: Callable[[Any], int]
+    """Tokens (LM: batch × sequence length) or samples (proxy: batch) per optimizer step of a run."""
+    distributed: bool
+    """Trains under ``torchrun`` (data-parallel; the fp32 twin is single-process only)."""
+
+
+TASKS: dict[str, TaskSpec] = {
+    "lm": TaskSpec(LMConfig, DataConfig, _lm_task, lambda run: run.train.batch_size * run.data.seq_len, True),
+    "proxy": TaskSpec(ProxyConfig, None, _proxy_task, lambda run: run.train.batch_size, False),
+}
+
+
+def task_spec(name: str) -> TaskSpec:
+    """The registered task ``name``; a one-line ``ValueError`` listing the tasks otherwise."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"task={name!r} is unknown; use one of: {', '.join(TASKS)}") from None
+
+
+def make_task(run: Any, source: TokenSource | None = None) -> Task:
+    """The task of a ``RunConfig``. The LM reads ``source`` if given, else the batches of ``run.data``
+    (a ``train.data.DataConfig``, loaded with ``train.data.make_batches``; under ``torchrun`` this
+    rank's shard of every global batch)."""
+    return task_spec(run.task).make(run, source)

@@ -8,8 +8,10 @@ submitit_slurm), one phase at a time. Importing this module stays cheap (Hydra s
 each start): the work is imported inside ``sweep``.
 """
 
+import contextlib
 import functools
 import itertools
+import logging
 import os
 import sys
 import time
@@ -68,26 +70,26 @@ class MxSweeper(Sweeper):
 
         plan.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, plan.sweep_dir / "multirun.yaml")  # as Hydra's basic sweeper does
-        return execute(plan, self._launch, progress=bool(settings.progress))
+        with _quiet_console():
+            return execute(plan, self._launch, progress=bool(settings.progress))
 
     def plan(self, arguments: list[str]) -> Any:
         """The typed, validated ``sweeper.sweep.Sweep`` of these overrides (nothing is written)."""
         from sweeper.config import resource_rules, sweep_settings, to_run_config
         from sweeper.grid import SweepError, branch, expand
         from sweeper.sweep import Sweep, check_unique
-        from train.config import TASKS
 
         assert self.config is not None and self.hydra_context is not None
-        name = str(self.config.sweep.name)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        name = str(self.config.sweep.name or sweep_dir.name)
         loader = self.hydra_context.config_loader
         phase1, phase2, last, auto = [], [], None, []
         for combo, swept in self.combinations(arguments):
             where = f" (with {' '.join(f'{k}={v}' for k, v in swept.items())})" if swept else ""
             cfg = loader.load_sweep_config(self.config, combo)
-            if cfg.task not in TASKS:
+            if cfg.get("study") is not None:
                 raise SweepError(
-                    f"task={cfg.task} is a single run, not a sweep: run it without -m "
+                    f"study.name={cfg.study.name} is a single study, not a sweep: run it without -m "
                     f"(python launch.py experiment=...)"
                 )
             try:
@@ -195,6 +197,27 @@ class MxSweeper(Sweeper):
         finally:
             if resources and saved is not None:
                 self.launcher.params = saved
+
+
+@contextlib.contextmanager
+def _quiet_console() -> Any:
+    """The sweep's console is its own (``sweeper.sweep.Progress``: one line per run and one bar):
+    the launchers' INFO lines (``#0 : <every override of the job>``) go to WARNING, and wandb's
+    per-run banners are silenced (``WANDB_SILENT``, unless the user set it; wandb records all the
+    same). Restored afterwards."""
+    names = ("hydra", "hydra_plugins")
+    levels = {n: logging.getLogger(n).level for n in names}
+    silent = os.environ.get("WANDB_SILENT")
+    try:
+        for n in names:
+            logging.getLogger(n).setLevel(logging.WARNING)
+        os.environ.setdefault("WANDB_SILENT", "true")
+        yield
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+        if silent is None:
+            os.environ.pop("WANDB_SILENT", None)
 
 
 def _check_conflicts(combo: list[str], settings: dict[str, Any]) -> None:
