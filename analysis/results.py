@@ -182,7 +182,17 @@ def _rel(path: Path) -> str:
 
 
 # -- study 1: the proxy ------------------------------------------------------------------------------
-def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> None:
+LATE_SEARCH = (
+    "proxy_late_search",
+    "proxy_late_drift",
+    "proxy_late_lr",
+    "proxy_late_norm10",
+    "proxy_late_wide",
+)
+"""The late-divergence search's presets (conf/experiment/), in the order they were run."""
+
+
+def proxy_claims(doc: _Doc, mech: Source, lates: list[Source], canonical: Source) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
     ln = parents[parents["norm_affine"].ne("none")] if not parents.empty else parents
@@ -362,14 +372,37 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
         "is a GPU preset (`experiment=proxy_canonical`). Here: the search for "
         "a CPU setting with a late blow-up; every configuration tried is in the search log below."
     )
-    searched = [s for s in (mech, late, canonical) if s.ran]
+    ran = [s for s in lates if s.ran]
+    searched = [s for s in (mech, *ran, canonical) if s.ran]
     rows = _search_rows(searched)
     late_hits = [r for r in rows if r["late blow-ups"] > 0]
     if canonical.ran:
         verdict = REPRODUCED if late_hits else NOT
     else:
         verdict = PARTIAL if late_hits else (NOT if rows else NOT_RUN)
-    doc.claim(title, verdict, rule, late if late.ran else mech)
+    doc.claim(title, verdict, rule, ran[0] if ran else mech)
+    if len(ran) > 1:
+        doc.add(
+            "The search's other sweeps (each a preset; wall times as recorded, on shared cores):",
+            "",
+            md_table(
+                pd.DataFrame(
+                    [
+                        {
+                            "sweep": s.name,
+                            "command": f"`{s.command}`",
+                            "wall time": s.wall,
+                            "archive": f"`{_rel(s.archive)}`" if s.archive else "–",
+                        }
+                        for s in ran[1:]
+                    ]
+                )
+            ),  # fmt: skip
+            "",
+        )
+    not_run = [s.name for s in lates if not s.ran]
+    if not_run:
+        doc.add(f"Planned but not run yet: {', '.join(f'`experiment={n}`' for n in not_run)}.", "")
     late_rows = []
     for src in searched:
         r, m = src.runs, src.mechanism
@@ -386,21 +419,14 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             md_table(pd.DataFrame(late_rows)),
             "",
         )
-    late_seeds = set(late.runs["seed"]) if not late.runs.empty else set()
-    hot_seeds = set(ln.loc[ln["blew_up"], "seed"]) if not ln.empty else set()
-    for row in rows:
-        if row["sweep"] == late.name and row["blew up"] == 0 and row["γ clamped (run median)"] >= 0.8:
-            doc.add(
-                f"With the norm parameters' LR {row['lr (norm ×)'].split(' ')[1]}, γ stayed in the clamp "
-                "zone "
-                f"(median clip fraction {row['γ clamped (run median)']:.2f}) for all {row['steps']} steps, "
-                f"and none of the {row['seeds']} seeds blew up ({len(late_seeds & hot_seeds)} of them did at "
-                f"the full LR in proxy_mechanism; here they end at {row['final / twin (median)']:.2f}× "
-                "their fp32 twin, median). Where those seeds blew up at the full LR, holding γ near 1 did "
-                "not delay the blow-up, it removed it: clamping alone was not sufficient, the fast drift of "
-                "γ through the zone is part of the mechanism.",
-                "",
-            )
+    hot = ln.loc[ln["blew_up"]] if not ln.empty else ln
+    baseline = {
+        int(r["seed"]): proxy.onset(mech.cur[mech.cur["run"] == r["run"]], r.get("spike_step"))
+        for _, r in hot.iterrows()
+    } if not mech.cur.empty else {}  # fmt: skip
+    for src in ran:
+        for line in _late_findings(src, baseline):
+            doc.add(line, "")
     if canonical.ran:
         doc.add(f"Canonical records: `{_rel(canonical.path)}`.", "")
     else:
@@ -408,6 +434,48 @@ def proxy_claims(doc: _Doc, mech: Source, late: Source, canonical: Source) -> No
             "The canonical run was not run here (no GPU): `python launch.py -m experiment=proxy_canonical`.",
             "",
         )
+
+
+def _late_findings(src: Source, baseline: dict[int, Any]) -> list[str]:
+    """What one late-search sweep showed, from its records: per seed, the onset of its blow-up at
+    proxy_mechanism's setting (``baseline``: seed → onset step of its blown-up γ-in-E4M3 run) next
+    to the onset here (the dose-response of a change that should move the clock), then γ's clamp,
+    the runs against their fp32 twins, fp32 twins that went unstable, and unfinished runs."""
+    runs = src.runs
+    if runs.empty:
+        return []
+    out = []
+    hot = {s: t for s, t in baseline.items() if t is not None and t == t}
+    parents = runs[runs["parent"].isna()]
+    status = parents["status"] if "status" in parents else pd.Series("done", index=parents.index)
+    finished = status.isin(["done", "diverged"])
+    for row in src.search_rows:
+        setting = f"`{src.name}` ({row['d × L, batch']}, lr {row['lr (norm ×)']}, {row['steps']} steps)"
+        per_seed = []
+        for _, r in parents[finished].sort_values("seed").iterrows():
+            curve = src.cur[src.cur["run"] == r["run"]] if not src.cur.empty else src.cur
+            here = proxy.onset(curve, r.get("spike_step")) if r["blew_up"] else None
+            was = hot.get(int(r["seed"]))
+            per_seed.append(
+                f"seed {int(r['seed'])} {'–' if was is None else f'{was:.0f}'} → "
+                f"{'none' if here is None or here != here else f'{here:.0f}'}"
+            )
+        twin_bad = [int(s) for s in parents.loc[parents["twin_stable"].eq(0.0), "seed"]]
+        twin = (
+            f" The fp32 twin itself went unstable in seed {', '.join(map(str, twin_bad))}: at this "
+            "setting the instability is not MX's alone."
+            if twin_bad
+            else ""
+        )
+        left = int((~finished).sum())
+        pending = f" {left} run(s) not finished yet, not counted." if left else ""
+        out.append(
+            f"{setting}: blow-up onset at proxy_mechanism's setting → here, per seed: "
+            f"{'; '.join(per_seed) or '–'} ({row['late blow-ups']} after half of the run). Median final / "
+            f"fp32 twin {row['final / twin (median)']:.2f}; γ's clip fraction (run median) "
+            f"{row['γ clamped (run median)']:.2f}.{twin}{pending}"
+        )
+    return out
 
 
 def _search_rows(sources: list[Source]) -> list[dict[str, Any]]:
@@ -736,15 +804,15 @@ def write_results(
     mech = _load("proxy_mechanism", "python launch.py -m experiment=proxy_mechanism && "
                  "python -m train.probe outputs/sweeps/proxy_mechanism",
                  sweeps / "proxy_mechanism", archives, with_curves=True)  # fmt: skip
-    late = _load("proxy_late_search", "python launch.py -m experiment=proxy_late_search",
-                 sweeps / "proxy_late_search", archives, with_curves=True)  # fmt: skip
+    lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
+             for n in LATE_SEARCH]  # fmt: skip
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
                       sweeps / "proxy_canonical", archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
-    for src in (mech, late, canonical, lm, bs):
+    for src in (mech, *lates, canonical, lm, bs):
         if src.ran and not src.restored:
             archive.pack(src.path, archives, src.name)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -762,12 +830,12 @@ def write_results(
         "## Study 1: training instabilities in MX formats (Su et al.)",
         "",
     )
-    proxy_claims(doc, mech, late, canonical)
+    proxy_claims(doc, mech, lates, canonical)
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
-    search_log(doc, [mech, late, canonical])
+    search_log(doc, [mech, *lates, canonical])
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out
 

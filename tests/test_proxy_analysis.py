@@ -150,6 +150,11 @@ def test_results_document_from_real_records(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     r = launching.launch(
+        "-m", "experiment=proxy_late_drift", f"hydra.sweep.dir={root / 'sweeps' / 'proxy_late_drift'}",
+        "sweep.progress=false", "sweep.seeds=[0]", "train.steps=8", "train.ckpt_every=4", *tiny,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = launching.launch(
         "experiment=block_size_study", f"out_dir={root / 'studies' / 'block_size_study'}",
         "study.weights=false", "study.sigmas=[0.005,0.01,0.05]", "study.block_sizes=[8,16]",
         "study.n_samples=4096", "logger=disabled",
@@ -167,13 +172,17 @@ def test_results_document_from_real_records(tmp_path):
     lm = [v for t, v in verdicts.items() if t.startswith(("1.5", "1.6", "3.1"))]
     assert lm == ["not run here"] * 3  # no LM sweep in this root
     assert "python launch.py -m experiment=proxy_mechanism" in text
+    # the late search: each sweep's per-seed line, its command, and the presets not run yet
+    assert "`proxy_late_drift` (16 × 4, 8, lr 0.004 (×0.5), 8 steps): blow-up onset at" in text
+    assert "per seed: seed 0 " in text and "`python launch.py -m experiment=proxy_late_drift`" in text
+    assert "Planned but not run yet: `experiment=proxy_late_search`, `experiment=proxy_late_lr`" in text
     for name in ("proxy_mechanism.png", "blocksize_sigma.png"):
         assert (tmp_path / "docs" / "figures" / name).stat().st_size > 10_000
     if runs["parent"].notna().any():
         assert (tmp_path / "docs" / "figures" / "proxy_branches.png").exists()
     # a fresh checkout has the archives, not the records: the same document comes back from them
     archived = sorted(p.name for p in (tmp_path / "docs" / "records").iterdir())
-    assert archived == ["block_size_study.tar.xz", "proxy_mechanism.tar.xz"]
+    assert archived == ["block_size_study.tar.xz", "proxy_late_drift.tar.xz", "proxy_mechanism.tar.xz"]
     shutil.rmtree(root)
     again = write_results(root, tmp_path / "docs" / "results.md")
     assert again.read_text() == text and (root / "sweeps" / "proxy_mechanism").is_dir()
