@@ -247,7 +247,14 @@ def branch(
 
 
 _IN_SHAPE_LABEL = ("model.depth", "model.width", "model.d_model")
-_PLACEMENT = ("out_dir", "hydra.sweep.subdir", "sweep.run_id", "logger.wandb.group", "logger.label")
+_PLACEMENT = (  # set per run by _place (a branch sets its own)
+    "out_dir",
+    "hydra.sweep.subdir",
+    "sweep.run_id",
+    "logger.wandb.group",
+    "logger.label",
+    "logger.budget",
+)
 
 
 def _place(run, parts, settings, combo, coords, sweep_dir: Path, cache: dict) -> PlannedRun:
@@ -256,6 +263,9 @@ def _place(run, parts, settings, combo, coords, sweep_dir: Path, cache: dict) ->
     out_dir = str(sweep_dir / name)
     run = dataclasses.replace(run, out_dir=out_dir)
     settings = {**settings, "out_dir": out_dir, "hydra.sweep.subdir": name, "sweep.run_id": rid}
+    if coords.get("C") is not None:  # the nominal budget, for wandb (logging only, not identity)
+        settings["logger.budget"] = float(coords["C"])
+        run = dataclasses.replace(run, logger=dataclasses.replace(run.logger, budget=float(coords["C"])))
     if coords.get("precision") and coords["precision"] != run.precision.label():
         settings["logger.label"] = coords["precision"]  # the sweep's name for it: the run's label
         run = dataclasses.replace(run, logger=dataclasses.replace(run.logger, label=coords["precision"]))

@@ -356,6 +356,7 @@ def test_a_sweep_label_is_the_same_in_the_directory_status_record_and_report(tmp
     assert [n.split("_C1e9")[0] for n in runs] == ["mxfp8", "mxfp8_e4m3w-bf16a"], runs
     config = yaml.safe_load((sweep / runs[0] / "config.yaml").read_text())
     assert config["logger"]["label"] == "mxfp8"
+    assert config["logger"]["budget"] == 1e9  # the run's nominal budget, for wandb's config.mxsweep
     assert sorted(collect(sweep)["precision"]) == ["mxfp8", "mxfp8_e4m3w-bf16a"]
     status = launch("--status", str(sweep))
     assert status.returncode == 0 and "mxfp8_e4m3w-bf16a" in status.stdout and " mxfp8 " in status.stdout

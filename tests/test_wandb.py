@@ -83,7 +83,8 @@ def test_offline_run_mirrors_the_record(tmp_path):
     assert logged["project"] == "mxsweep" and logged["name"] == "run" and logged["job_type"] == "train"
     assert logged["group"] == "sweep-a"
     assert set(logged["tags"]) == {"task:proxy", "precision:mxfp8_e4m3w-bf16a", "smoke"}
-    assert logged["config"].pop("mxsweep") == {"run_id": identity_hash(config), "sweep": "sweep-a"}
+    mxsweep = logged["config"].pop("mxsweep")
+    assert mxsweep == {"run_id": identity_hash(config), "sweep": "sweep-a", "budget": None}  # a single run
     assert logged["config"] == config
     assert logged["summary"]["status"] == "done" == summary["status"]
     assert logged["summary"]["final_val_loss"] == summary["final_val_loss"]

@@ -235,6 +235,9 @@ class LoggerConfig:
     """The precision's name in records, reports and wandb (``records.precision.label``): a sweep sets
     it to ``sweep.precisions[].name`` where the preset names its precisions; null: built from the
     precision settings."""
+    budget: float | None = None
+    """The nominal compute budget C (FLOPs, 6·N·D) this run stands for in its sweep (set by the
+    sweeper; wandb's ``config.mxsweep.budget``); null for a single run or a sweep without budgets."""
 
     def __post_init__(self):
         if not self.console_every_s >= 0:

@@ -3,7 +3,8 @@
 What is logged (``WandbLogger``, placed after ``MetricsLogger`` in ``train.hooks.default_hooks``):
 
 * config: the fully resolved ``RunConfig`` (the same dict as ``config.yaml``), plus ``mxsweep``:
-  the run's identity hash (``records.run_id``) and its sweep (the group);
+  the run's identity hash (``records.run_id``), its sweep (the group) and its nominal budget C
+  (``logger.budget``, set by the sweeper);
 * job_type: ``train``, or ``branch`` for a run branched from another's checkpoint;
 * history: every metrics.jsonl row, with the same keys and values, at ``step`` = the training step;
 * summary: summary.json, once it is written at the end of the run (status, losses, N, D, C, …);
@@ -129,7 +130,7 @@ class WandbLogger(Callback):
             tags=list(dict.fromkeys([*precision_tags(run), *self.cfg.tags])),
             config={
                 **record._plain(dataclasses.asdict(run)),
-                "mxsweep": {"run_id": run_id(out, run), "sweep": self.cfg.group},
+                "mxsweep": {"run_id": run_id(out, run), "sweep": self.cfg.group, "budget": run.logger.budget},
             },
             job_type="branch" if run.train.branch_from else "train",
             name=out.name,

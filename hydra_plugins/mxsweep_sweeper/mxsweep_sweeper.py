@@ -230,6 +230,8 @@ def _check_conflicts(combo: list[str], settings: dict[str, Any]) -> None:
             hint = {
                 "out_dir": "set sweep.name or hydra.sweep.dir instead",
                 "hydra.sweep.subdir": "the sweeper names run directories itself",
+                "logger.label": "name the precision in sweep.precisions ({name: ..., ...}) instead",
+                "logger.budget": "it is the run's budget.flops value",
             }.get(key, "change the sweep axes (sweep.*, budget.*) instead")
             raise SweepError(f"{line}: {key} is set per run by the sweep; {hint}")
 
