@@ -63,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = QUICK if a.quick else SLICE
     names = ["sequential", "pool"] + (["submitit_local"] if a.submitit else [])
     times: dict[str, list[float]] = {n: [] for n in names}
-    subprocess.run(
-        [sys.executable, "-m", "train.corpus", "prepare"], cwd=REPO, check=True, capture_output=True
-    )
+    subprocess.run([sys.executable, "-m", "corpora", "prepare"], cwd=REPO, check=True, capture_output=True)
     with tempfile.TemporaryDirectory(prefix="pool_bench_") as tmp:
         for r in range(a.rounds):
             for n in names if r % 2 == 0 else reversed(names):

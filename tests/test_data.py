@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from train import corpus
+from corpora import litmix as corpus
 from train.data import (
     DOC_SEP,
     ByteTokenizer,

@@ -239,11 +239,10 @@ def test_every_option_of_every_group_composes_and_trains(group, option, task, tm
     assert isinstance(run, RunConfig) and type(run.model) is CONFIGS[run.task]
     assert (run.data is None) == (run.task == "proxy")
     if group == "data" and option == "litmix":
-        from train.corpus import is_prepared
-        from train.data import default_data_dir
+        from corpora import default_data_dir, is_prepared
 
         if not is_prepared(default_data_dir() / "litmix"):  # its preparation is tested in test_data.py
-            pytest.skip("litmix is not prepared here (python -m train.corpus prepare); composed and typed")
+            pytest.skip("litmix is not prepared here (python -m corpora prepare); composed and typed")
     summary = train(run, make_task(run), default_hooks(run))
     assert summary["status"] == "done" and summary["step"] == 2
 

