@@ -9,7 +9,7 @@ bf16-equivalent compute. For a budget C and a shape with N parameters at T token
 
 A (C, shape) pair is kept when ``ratio_min < D/N < ratio_max`` (strict; the study's 2 < D/N < 200).
 Each kept run warms up over ``warmup_frac`` of its steps (20%: ``int(0.2·steps)`` warm-up steps, as
-``train.loop.lr_at`` computes them) and evaluates every ``steps // evals`` steps (10 evaluations).
+``train.optim.lr_at`` computes them) and evaluates every ``steps // evals`` steps (10 evaluations).
 This is the instability study's ``scale.py`` arithmetic (``../shared/notes/seed-mx-instabilities.md``
 §1): its ``scale_llama2.yaml`` grid, 95 (C, shape) pairs for C ≤ 4.84e19, is a golden test.
 """

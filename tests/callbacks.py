@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from train.hooks import Callback
+from train.callbacks import Callback
 
 
 class StopAt(Callback):

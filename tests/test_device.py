@@ -12,9 +12,10 @@ from models import LMConfig
 from quant.mx import QuantSpec, quantize_spec
 from quant.ops import MatmulSpecs, qlinear
 from records import run as record
+from train.callbacks import Callback
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
 from train.data import DataConfig
-from train.hooks import Callback, default_hooks
+from train.hooks import default_hooks
 from train.loop import check_device, train
 from train.tasks import make_task
 

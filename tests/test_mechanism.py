@@ -16,7 +16,7 @@ from records import spike_branch_step
 from sweeper.config import SweepConfig
 from train.config import TrainConfig
 from train.hooks import MetricsLogger
-from train.loop import make_optimizer, set_lr
+from train.optim import make_optimizer, set_lr
 
 # one 32-block in (0.875, 1): the paper's worked example, repeated, plus two values nearer 1
 GAMMA = torch.tensor([0.8974, 0.8963, 0.8836, 0.8847, 0.9037] * 6 + [0.95, 0.99])

@@ -15,8 +15,9 @@ import quant
 from models import LMConfig, ProxyConfig
 from records import run as record
 from train import checkpoint
+from train.callbacks import Callback
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, ScheduleEntry, TrainConfig, WandbConfig
-from train.hooks import Callback, SpikeDetector, default_hooks
+from train.hooks import SpikeDetector, default_hooks
 from train.loop import train
 from train.tasks import LMTask, ProxyTask, make_task
 
@@ -400,3 +401,20 @@ def test_crash_is_recorded_as_failed_and_reraised(tmp_path):
     summary = record.read_summary(tmp_path)
     assert summary["status"] == "failed" and "boom" in summary["error"]
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the Checkpointer put handlers back
+
+
+def test_the_hooks_order_is_declared_and_checked(tmp_path):
+    """Hooks read what earlier hooks produced at the same step (MetricsLogger's row, the Evaluator's
+    val_loss); that order is declared (``Callback.after``) and a list that breaks it is refused before
+    anything is written, instead of silently logging rows without them."""
+    from train.callbacks import check_order
+
+    run = proxy_run(tmp_path / "r", steps=2)
+    hooks = default_hooks(run)
+    check_order(hooks)  # the default order is valid
+    names = [h.name for h in hooks]
+    wandb, metrics = names.index("WandbLogger"), names.index("MetricsLogger")
+    hooks[wandb], hooks[metrics] = hooks[metrics], hooks[wandb]
+    with pytest.raises(ValueError, match="WandbLogger must come after MetricsLogger"):
+        train(run, make_task(run), hooks)
+    assert not (tmp_path / "r").exists()

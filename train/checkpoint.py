@@ -185,3 +185,18 @@ def restore_sr_generator(state: dict[str, Any], model: nn.Module) -> None:
     gen = _sr_generator(model)
     if gen is not None and state.get("sr_generator") is not None:
         gen.set_state(state["sr_generator"].cpu())
+
+
+def hook_name(hook: Any) -> str:
+    """The key of a hook's state in a checkpoint (its ``name``, else its class name)."""
+    return getattr(hook, "name", type(hook).__name__)
+
+
+def save_state(state: Any) -> None:
+    """Checkpoint a run at ``state.step`` (a ``train.callbacks.State``; rank 0 only): model,
+    optimizer, policy and the state of every hook that has one (``state_dict``)."""
+    if not state.is_main:
+        return
+    hooks = {hook_name(h): h.state_dict() for h in state.hooks if hasattr(h, "state_dict")}
+    hooks = {k: v for k, v in hooks.items() if v is not None}
+    save(state.run.out_dir, state.step, state.model, state.optimizer, state.policy, hooks)

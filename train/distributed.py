@@ -19,8 +19,10 @@ Backend: gloo on CPU, nccl on CUDA (one GPU per rank: ``cuda`` means ``cuda:<LOC
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -107,3 +109,10 @@ def barrier() -> None:
             dist.barrier(device_ids=[torch.cuda.current_device()])
         else:
             dist.barrier()
+
+
+def autocast(run: Any) -> contextlib.AbstractContextManager:
+    """The forward-pass context of ``run``: bf16 autocast on its device, or nothing."""
+    if run.train.autocast == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(run.train.device).type, dtype=torch.bfloat16)

@@ -36,31 +36,10 @@ import quant
 from quant import QuantPolicy
 from records import run as record
 from train import checkpoint, distributed
+from train.callbacks import Callback, State
 from train.config import RunConfig
-from train.loop import State, autocast, lr_at, make_optimizer, set_lr
-
-
-class Callback:
-    """No-op base: subclass and override what you need."""
-
-    all_ranks = False
-    """Run on every rank under DDP (only rank 0 otherwise)."""
-
-    @property
-    def name(self) -> str:
-        return type(self).__name__
-
-    def on_train_start(self, state: State) -> None:
-        pass
-
-    def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
-        pass
-
-    def on_eval(self, state: State, metrics: dict[str, Any]) -> None:
-        pass
-
-    def on_train_end(self, state: State) -> None:
-        pass
+from train.distributed import autocast
+from train.optim import lr_at, make_optimizer, set_lr
 
 
 def _due(step: int, every: int, last: int) -> bool:
@@ -124,6 +103,8 @@ class MetricsLogger(Callback):
     ``clip_ln/*`` is computed with the spec γ is really quantized with (``norm_affine`` and
     ``norm_scale_rule``) when that is a block format; otherwise, as a diagnostic of what *would*
     clip, with the weight format. The summary's ``clip_ln_spec`` says which."""
+
+    after = ("Evaluator", "Fp32Twin")  # their val_loss and twin_* metrics go into the row
 
     def __init__(self, every: int = 1):
         self.every, self.step_times, self._acts, self._handles = every, [], {}, []
@@ -193,6 +174,7 @@ class Checkpointer(Callback):
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
     all_ranks = True
+    after = ("Evaluator", "Fp32Twin", "SpikeDetector", "MetricsLogger", "WandbLogger")  # their state now
 
     def __init__(self, every: int = 0):
         self.every, self.requested, self._previous, self._saved_at = every, None, {}, None
@@ -218,7 +200,7 @@ class Checkpointer(Callback):
         if self.requested:
             state.stop = "interrupted"
         if self.requested or (self.every and state.step % self.every == 0):
-            state.save_checkpoint()
+            checkpoint.save_state(state)
             self._saved_at = state.step
 
     def on_train_end(self, state: State) -> None:
@@ -226,7 +208,7 @@ class Checkpointer(Callback):
             signal.signal(sig, handler)
         self._previous = {}
         if state.status == "done" and self._saved_at != state.step:
-            state.save_checkpoint()
+            checkpoint.save_state(state)
 
 
 class SpikeDetector(Callback):
@@ -390,6 +372,8 @@ class ConsoleProgress(Callback):
     and at the last step, ``step 120/451 | loss 2.345 | val 2.401 | lr 3.00e-03 | 12.3k tok/s |
     ETA 0:42``. Time-based, not step-based: a line every 10 s whatever the model's speed."""
 
+    after = ("Evaluator",)  # its val_loss
+
     def __init__(self, every_s: float = 10.0, clock: Any = time.monotonic):
         self.every_s, self.clock = every_s, clock
         self.last_print = self.start = 0.0
@@ -435,7 +419,7 @@ def default_hooks(run: RunConfig) -> list[Callback]:
     hooks: list[Callback] = [Evaluator(t.eval_every)]
     if t.twin_every:
         hooks.append(Fp32Twin(t.twin_every, t.spike_window, t.spike_threshold))
-    from train.wandb_logger import WandbLogger  # it subclasses Callback: imported here, not on top
+    from train.wandb_logger import WandbLogger  # imports wandb's settings only; wandb itself on use
 
     hooks += [
         SpikeDetector(t.spike_window, t.spike_threshold),

@@ -30,105 +30,19 @@ import random
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 import quant
-from quant import QuantPolicy
 from records import run as record
 from train import checkpoint, distributed
-from train.config import RunConfig, TrainConfig
+from train.callbacks import State, check_order
+from train.config import RunConfig
+from train.distributed import autocast
+from train.optim import lr_at, make_optimizer, set_lr
 from train.tasks import TASKS, Task, task_spec
-
-
-@dataclass
-class State:
-    """What hooks see: the run, its task, model and optimizer, the policy in force and the step."""
-
-    run: RunConfig
-    task: Task
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    policy: QuantPolicy
-    hooks: Sequence[Any] = ()
-    step: int = 0
-    batch: Any = None
-    stop: str | None = None
-    """Set by a hook to end the run at this step boundary (e.g. ``"interrupted"``)."""
-    status: str = "running"
-    diverged_step: int | None = None
-    last_loss: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    row: dict[str, Any] | None = None
-    """The metrics.jsonl row written at this step, if any (set by ``MetricsLogger`` for later hooks)."""
-    train_model: nn.Module | None = None
-    """What the training forward pass calls: ``model``, or its DDP wrapper."""
-    rank: int = 0
-    world_size: int = 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def save_checkpoint(self) -> None:
-        if not self.is_main:
-            return
-        states = {_name(h): s for h in self.hooks if (s := _hook_state(h)) is not None}
-        checkpoint.save(self.run.out_dir, self.step, self.model, self.optimizer, self.policy, states)
-
-
-def _name(hook: Any) -> str:
-    return getattr(hook, "name", type(hook).__name__)
-
-
-def _hook_state(hook: Any) -> Any:
-    return hook.state_dict() if hasattr(hook, "state_dict") else None
-
-
-def make_optimizer(model: nn.Module, cfg: TrainConfig, task: Task) -> torch.optim.AdamW:
-    """AdamW; weight decay only on the weight matrices of Linear layers. With ``norm_lr_mult != 1``
-    the norm parameters are a group of their own whose ``lr_mult`` ``set_lr`` applies (with the
-    default there is no such group, so checkpoints keep the two-group layout)."""
-    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
-    norms = set()
-    if cfg.norm_lr_mult != 1.0:
-        norm_modules = [m for m in model.modules() if isinstance(m, nn.LayerNorm | nn.RMSNorm)]
-        norms = {id(p) for m in norm_modules for p in m.parameters()}
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if id(p) in decay], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if id(p) not in decay | norms], "weight_decay": 0.0},
-        {"params": [p for p in params if id(p) in norms], "weight_decay": 0.0, "lr_mult": cfg.norm_lr_mult},
-    ]
-    betas = tuple(cfg.betas) if cfg.betas is not None else task.default_betas
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=betas, eps=cfg.eps)
-
-
-def lr_at(cfg: TrainConfig, task: Task, step: int) -> float:
-    """The LR of the update from ``step`` to ``step + 1``."""
-    if (cfg.lr_schedule or task.default_schedule) == "constant":
-        return cfg.lr
-    warmup = int(cfg.warmup_frac * cfg.steps)
-    if step < warmup:
-        return cfg.lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, cfg.steps - 1 - warmup)
-    low = cfg.min_lr_frac * cfg.lr
-    return low + (cfg.lr - low) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_mult", 1.0)
-
-
-def autocast(run: RunConfig) -> contextlib.AbstractContextManager:
-    """The forward-pass context of ``run``: bf16 autocast on its device, or nothing."""
-    if run.train.autocast == "none":
-        return contextlib.nullcontext()
-    return torch.autocast(torch.device(run.train.device).type, dtype=torch.bfloat16)
 
 
 def check_device(device: str) -> None:
@@ -153,11 +67,13 @@ def _process_group(run: RunConfig) -> Iterator[tuple[int, int]]:
 
 def train(run: RunConfig, task: Task, hooks: Sequence[Any] = (), *, overwrite: bool = False) -> dict:
     """Train ``run`` (resuming or branching as configured) and return the summary (also written
-    to ``<out_dir>/summary.json``). Hooks run in the given order; put the Checkpointer last.
+    to ``<out_dir>/summary.json``). Hooks run in the given order, which must respect each hook's
+    ``after`` (``train.callbacks.check_order``); put the Checkpointer last.
 
     Under ``torchrun`` (``WORLD_SIZE > 1``) every rank calls this with its own task (its data
     shard); the process group is created here if it does not exist yet."""
     started = time.time()
+    check_order(hooks)
     check_device(distributed.resolve_device(run.train.device))
     with _process_group(run) as (rank, world):
         if world > 1:
@@ -241,8 +157,8 @@ def _start(ctx: State) -> None:
     checkpoint.restore_sr_generator(state, ctx.model)
     ctx.step = int(state["step"])
     for h in ctx.hooks:
-        if _name(h) in state["hooks"]:
-            h.load_state_dict(state["hooks"][_name(h)])
+        if checkpoint.hook_name(h) in state["hooks"]:
+            h.load_state_dict(state["hooks"][checkpoint.hook_name(h)])
     if ctx.is_main:
         record.truncate_metrics(out, ctx.step)
 

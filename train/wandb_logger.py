@@ -47,9 +47,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from records import run as record
+from train.callbacks import Callback, State
 from train.config import RunConfig, WandbConfig
-from train.hooks import Callback
-from train.loop import State
 
 _ENV_MODES = {
     "online": "online",
@@ -111,6 +110,8 @@ def run_id(out_dir: str | Path, run: RunConfig | None = None) -> str:
 
 class WandbLogger(Callback):
     """Mirrors config, metrics.jsonl rows and summary.json into one wandb run (see the module doc)."""
+
+    after = ("MetricsLogger",)  # it mirrors the row MetricsLogger wrote (state.row)
 
     def __init__(self, cfg: WandbConfig):
         self.cfg, self.run, self.first_step = cfg, None, 0
