@@ -14,8 +14,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="write report.md, results.parquet, fits.json and figures/")
-    rep.add_argument("sweep_dir", type=Path)
-    rep.add_argument("--out", type=Path, default=None, help="output directory (default: the sweep dir)")
+    rep.add_argument("sweep_dir", type=Path, nargs="+", help="one or more sweep directories")
+    rep.add_argument("--out", type=Path, default=None, help="output directory (default: the sweep dir; "
+                     "required for several)")  # fmt: skip
     rep.add_argument("--loss", default="final_val_loss", help="loss column to fit (or min_val_loss)")
     rep.add_argument("--bootstrap", type=int, default=100, help="bootstrap resamples per fit (0: none)")
     rep.add_argument("--seed", type=int, default=0)
@@ -36,16 +37,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {verdict:22s} {title}")
         print(f"results: {path} ({time.perf_counter() - t0:.1f}s)")
         return 0
-    if not args.sweep_dir.is_dir():
-        print(f"error: {args.sweep_dir} is not a directory", file=sys.stderr)
+    dirs = args.sweep_dir if isinstance(args.sweep_dir, list) else [args.sweep_dir]
+    missing = [d for d in dirs if not d.is_dir()]
+    if missing:
+        print(f"error: {missing[0]} is not a directory", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     if args.command == "report":
         from analysis.report import write_report
 
-        path = write_report(
-            args.sweep_dir, args.out, loss=args.loss, bootstrap=args.bootstrap, seed=args.seed
-        )
+        if len(dirs) > 1 and args.out is None:
+            print("error: a report over several sweeps needs --out DIR (it belongs to none of them)",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        path = write_report(dirs, args.out, loss=args.loss, bootstrap=args.bootstrap, seed=args.seed)
         print(f"report: {path} ({time.perf_counter() - t0:.1f}s)")
         return 0
     from analysis.collect import collect, curves, export, parquet_safe

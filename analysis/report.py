@@ -18,7 +18,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -485,7 +485,7 @@ class _Report:
     # relative to out_dir), it is used; otherwise the generic rendering below shows the headline
     # numbers, the small tables and every figure of the record.
     def blocksize_section(self) -> None:
-        records = study_records(self.sweep, BLOCKSIZE_KIND)
+        records = [r for s in getattr(self, "sweeps", [self.sweep]) for r in study_records(s, BLOCKSIZE_KIND)]
         if not records:
             return
         self.add("## Block-size study: is finer better?", "")
@@ -541,7 +541,7 @@ def _generic_study(run_dir: Path, summary: dict[str, Any], out: Path, max_rows: 
 
 
 def write_report(
-    sweep_dir: str | Path,
+    sweep_dir: str | Path | Sequence[str | Path],
     out: str | Path | None = None,
     *,
     loss: str = "final_val_loss",
@@ -550,21 +550,40 @@ def write_report(
     log: Callable[[str], Any] = print,
 ) -> Path:
     """Write report.md, results.parquet/.csv, curves.parquet, fits.json and figures/ for the sweep in
-    ``sweep_dir`` into ``out`` (default: the sweep directory). Returns the report's path."""
-    sweep = Path(sweep_dir)
+    ``sweep_dir`` into ``out`` (default: the sweep directory). Several sweep directories make one
+    report over all their runs (each run named ``<sweep>/<run>``; ``out`` is then required), e.g. an
+    LM grid and its seeds launched as two sweeps. Returns the report's path."""
+    sweeps = [Path(sweep_dir)] if isinstance(sweep_dir, str | Path) else [Path(s) for s in sweep_dir]
+    if not sweeps:
+        raise ValueError("write_report needs at least one sweep directory")
+    if len(sweeps) > 1 and out is None:
+        raise ValueError("a report over several sweeps needs --out (it belongs to none of them)")
+    sweep = sweeps[0]
     out_dir = Path(out) if out is not None else sweep
     out_dir.mkdir(parents=True, exist_ok=True)
     r = _Report(sweep, out_dir, loss, bootstrap, seed, log)
+    r.sweeps = sweeps
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecordWarning)
-        df = collect(sweep)
-        cur = curves(sweep, df) if not df.empty else pd.DataFrame()
+        frames, curve_frames = [], []
+        for s in sweeps:
+            d = collect(s)
+            c = curves(s, d) if not d.empty else pd.DataFrame()
+            if len(sweeps) > 1:  # run ids are relative to their sweep: keep them apart
+                d = d.assign(run=s.name + "/" + d["run"].astype(str), sweep_dir=str(s))
+                c = c.assign(run=s.name + "/" + c["run"].astype(str)) if not c.empty else c
+            frames.append(d)
+            curve_frames.append(c)
+        df = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(
+            not f.empty for f in frames) else frames[0]  # fmt: skip
+        nonempty = [c for c in curve_frames if not c.empty]
+        cur = pd.concat(nonempty, ignore_index=True) if nonempty else pd.DataFrame()
     skipped = [str(w.message) for w in caught if issubclass(w.category, RecordWarning)]
     for w in caught:
         if not issubclass(w.category, RecordWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     r.add(
-        f"# Sweep report: `{sweep}`",
+        f"# Sweep report: {', '.join(f'`{s}`' for s in sweeps)}",
         "",
         f"Generated {dt.datetime.now().isoformat(timespec='seconds')} · {len(df)} run record(s) · "
         f"loss `{loss}`.",

@@ -694,3 +694,20 @@ def test_fits_run_blas_on_one_thread():
         assert any(i["num_threads"] == 2 for i in threadpool_info() if i["user_api"] == "blas")
         with single_threaded_blas():
             assert all(i["num_threads"] == 1 for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_one_report_over_several_sweeps(tmp_path):
+    """`python -m analysis report A B --out R`: one report over the runs of both sweeps (the same runs
+    as one sweep holding both), each run named <sweep>/<run>; without --out it is refused."""
+    from analysis.__main__ import main
+
+    a, b = tmp_path / "grid", tmp_path / "seeds"
+    make_sweep(a)
+    make_sweep(b, noise=0.004)
+    assert main(["report", str(a), str(b), "--bootstrap", "0"]) == 2  # no --out
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "both"), "--bootstrap", "0"]) == 0
+    both = pd.read_parquet(tmp_path / "both" / "results.parquet")
+    assert len(both) == len(collect(a)) + len(collect(b))
+    assert {r.split("/", 1)[0] for r in both["run"]} == {"grid", "seeds"} and both["run"].is_unique
+    report = (tmp_path / "both" / "report.md").read_text()
+    assert f"`{a}`" in report and f"`{b}`" in report and "## Scaling-law fits" in report
