@@ -418,3 +418,19 @@ def test_the_hooks_order_is_declared_and_checked(tmp_path):
     with pytest.raises(ValueError, match="WandbLogger must come after MetricsLogger"):
         train(run, make_task(run), hooks)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_run_killed_after_its_last_checkpoint_resumes_into_the_same_summary(tmp_path):
+    """Killed after the checkpoint of its last step but before summary.json (found by
+    tests/faults/test_kill.py): the relaunch, with no step left to run, wrote the previous eval's
+    final_val_loss, no final_train_loss and no median step time. The Evaluator recorded its value
+    after the Checkpointer had saved; the loop's last loss and the step times were not checkpointed."""
+    run = proxy_run(tmp_path / "r", steps=10, eval_every=5, ckpt_every=5, twin_every=5)
+    before = run_task(run)
+    (tmp_path / "r" / "summary.json").unlink()  # what a SIGKILL between the two writes leaves
+    after = run_task(proxy_run(tmp_path / "r", steps=10, eval_every=5, ckpt_every=5, twin_every=5))
+    timing = {"wall_time", "wall_time_total", "median_step_time", "median_step_time_with_twin"}
+    assert {k: v for k, v in after.items() if k not in timing} == {
+        k: v for k, v in before.items() if k not in timing
+    }
+    assert after["final_train_loss"] is not None and after["median_step_time"] == before["median_step_time"]

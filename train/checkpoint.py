@@ -187,6 +187,10 @@ def restore_sr_generator(state: dict[str, Any], model: nn.Module) -> None:
         gen.set_state(state["sr_generator"].cpu())
 
 
+LOOP_KEY = "_loop"
+"""The loop's own state among the hooks' states of a checkpoint (no hook has this name)."""
+
+
 def hook_name(hook: Any) -> str:
     """The key of a hook's state in a checkpoint (its ``name``, else its class name)."""
     return getattr(hook, "name", type(hook).__name__)
@@ -199,4 +203,5 @@ def save_state(state: Any) -> None:
         return
     hooks = {hook_name(h): h.state_dict() for h in state.hooks if hasattr(h, "state_dict")}
     hooks = {k: v for k, v in hooks.items() if v is not None}
+    hooks[LOOP_KEY] = {"last_loss": state.last_loss}  # the summary's final_train_loss after a resume
     save(state.run.out_dir, state.step, state.model, state.optimizer, state.policy, hooks)

@@ -74,12 +74,12 @@ class Evaluator(Callback):
 
     def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
         if _due(state.step, self.every, state.run.train.steps):
-            metrics["val_loss"] = evaluate(state)
-
-    def on_eval(self, state: State, metrics: dict[str, Any]) -> None:
-        self.final = metrics["val_loss"]
-        if math.isfinite(self.final) and (self.best is None or self.final < self.best):
-            self.best = self.final
+            metrics["val_loss"] = self.final = evaluate(state)
+            # Recorded here, not in on_eval (which runs after every hook's on_step_end): the
+            # Checkpointer saves this step's state, so a run killed after its last checkpoint and
+            # before its summary resumes with this step's val loss, not the previous eval's.
+            if math.isfinite(self.final) and (self.best is None or self.final < self.best):
+                self.best = self.final
 
     def state_dict(self) -> dict:
         return {"final": self.final, "best": self.best}
@@ -156,6 +156,14 @@ class MetricsLogger(Callback):
         for h in self._handles:
             h.remove()
         self._handles, self._acts = [], {}
+
+    def state_dict(self) -> dict:
+        """The step times so far: a resumed run's median covers all of its steps (and a run
+        resumed at its last checkpoint, with no step left, still has one)."""
+        return {"step_times": list(self.step_times), "with_twin": list(self.with_twin)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.step_times, self.with_twin = list(d["step_times"]), list(d["with_twin"])
 
     def summary(self) -> dict:
         out = {"median_step_time": statistics.median(self.step_times) if self.step_times else None}

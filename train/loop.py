@@ -159,6 +159,8 @@ def _start(ctx: State) -> None:
     for h in ctx.hooks:
         if checkpoint.hook_name(h) in state["hooks"]:
             h.load_state_dict(state["hooks"][checkpoint.hook_name(h)])
+    if own is not None:  # a branch starts its own loss record; checkpoints before it had none
+        ctx.last_loss = state["hooks"].get(checkpoint.LOOP_KEY, {}).get("last_loss")
     if ctx.is_main:
         record.truncate_metrics(out, ctx.step)
 
