@@ -18,8 +18,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MXSWEEP_QUANT_BACKEND="${MXSWEEP_
 name=main
 sweep_dir="outputs/sweeps/$name"
 start=$(date +%s)
-formats='[{name:bf16,w:bf16,a:bf16},{name:mxfp8_e4m3,w:fp8_e4m3,a:fp8_e4m3},'
-formats+='{name:mxfp6_e2m3,w:fp6_e2m3,a:fp6_e2m3},{name:mxfp4_e2m1,w:fp4_e2m1,a:fp4_e2m1}]'
+formats='[{name:bf16,precision:bf16},{name:mxfp8_e4m3,precision:mxfp8_e4m3},'
+formats+='{name:mxfp6_e2m3,precision:mxfp6_e2m3},{name:mxfp4_e2m1,precision:mxfp4_e2m1}]'
 .venv/bin/python launch.py -m experiment=lm_precisions sweep.name="$name" logger=disabled \
   "sweep.precisions=$formats" 'sweep.seeds=[0]' "$@"
 echo "sweep took $(($(date +%s) - start)) s"

@@ -4,8 +4,10 @@
 Only the ``RunConfig`` part of the root is a run: ``to_run_config`` drops ``budget``, ``sweep`` (and
 ``study``) before building it, so they never reach a run record or a run's identity. The sweep axes:
 
-* precision: ``sweep.w × sweep.a`` (every pair) followed by the named recipes in ``sweep.precisions``
-  (each a partial ``precision`` section plus an optional ``name``); neither: the base precision;
+* precision: ``sweep.w × sweep.a`` (every pair) followed by the named precisions in
+  ``sweep.precisions`` (each a partial ``precision`` section, optionally starting from a
+  ``conf/precision/`` option named by ``precision``, plus an optional ``name``); neither: the base
+  precision;
 * budget × shape: ``budget.flops`` × the ladder (``budget.depths``, ``budget.ladder``) through
   ``sweeper.budget.plan``; a ladder without budgets sweeps shapes at the base ``train.steps``;
 * seeds: ``sweep.seeds`` (``train.seed``, and ``data.seed`` for the LM);
@@ -218,8 +220,9 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
             "the spike step"
         )
     resource_rules(sweep.resources)
-    for key, entries in (("sweep.precisions", sweep.precisions), ("sweep.branches", sweep.branches)):
-        precision_changes(key, entries)
+    # Named options are resolved once, here (through Hydra's config search path): the grid sees fields.
+    sweep.precisions = _resolved("sweep.precisions", sweep.precisions)
+    sweep.branches = _resolved("sweep.branches", sweep.branches)
     from sweeper.budget import check_window
 
     check_window(budget.ratio_min, budget.ratio_max)
@@ -230,16 +233,56 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
 PRECISION_FIELDS = tuple(f.name for f in dataclasses.fields(PrecisionConfig))
 
 
+@functools.cache
+def precision_option(name: str) -> dict[str, Any]:
+    """The fields a ``conf/precision/`` option sets (those that differ from the schema's defaults),
+    composed through Hydra's own config search path (so an option's ``defaults`` alias and a plugin's
+    config directories work); ``ValueError`` naming the options when ``name`` is not one."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    from records.precision import DEFAULTS
+
+    if not GlobalHydra.instance().is_initialized():
+        raise ValueError(f"precision option {name!r} needs Hydra's config (use it through launch.py)")
+    try:
+        cfg = compose(config_name="config", overrides=[f"precision={name}", "logger=disabled"])
+    except HydraException as e:
+        raise ValueError(str(e).strip().splitlines()[0]) from None
+    fields = OmegaConf.to_container(cfg.precision, resolve=True)
+    return {
+        k: v for k, v in fields.items() if v != DEFAULTS.get(k) and not (v == [] and DEFAULTS.get(k) == ())
+    }
+
+
+def _resolved(key: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` with every ``precision: <option>`` replaced by the option's fields (validated)."""
+    return [{**({"name": n} if n is not None else {}), **f} for n, f in precision_changes(key, entries)]
+
+
 def precision_changes(key: str, entries: list[dict[str, Any]]) -> list[tuple[str | None, dict[str, Any]]]:
-    """``(name, {precision field: value})`` per entry; unknown fields fail with the field list."""
+    """``(name, {precision field: value})`` per entry; unknown fields fail with the field list. An
+    entry's ``precision: <option>`` starts from that ``conf/precision/`` option's fields (its own
+    fields win), so presets name the options instead of repeating them:
+    ``{name: e4m3w-bf16a, precision: e4m3w_bf16a}``."""
     out = []
     for i, entry in enumerate(entries):
         entry = dict(entry)
         name = entry.pop("name", None)
+        option = entry.pop("precision", None)
+        if option is not None:
+            try:
+                entry = {**precision_option(str(option)), **entry}
+            except ValueError as e:
+                raise ValueError(f"{key}[{i}].precision={option}: {e}") from None
         unknown = sorted(set(entry) - set(PRECISION_FIELDS))
         if unknown:
             valid = ", ".join(PRECISION_FIELDS)
-            raise ValueError(f"{key}[{i}] has unknown field(s) {unknown}; precision fields are: {valid}")
+            raise ValueError(
+                f"{key}[{i}] has unknown field(s) {unknown}; precision fields are: {valid} (and `precision`, "
+                "an option of conf/precision/)"
+            )
         out.append((None if name is None else str(name), entry))
     return out
 

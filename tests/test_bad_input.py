@@ -79,14 +79,19 @@ CASES = [
 ]
 
 
+def _hydra():
+    """Hydra's context, as launch.py has it: composing, and the precision options sweeps name."""
+    return initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3")
+
+
 def _compose(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=["logger=disabled", *overrides])
+    return compose("config", overrides=["logger=disabled", *overrides])
 
 
 def _refusal(fn) -> str:
     try:
-        fn()
+        with _hydra():
+            fn()
     except (ValueError, SweepError, HydraException, OmegaConfBaseException) as e:
         return str(e)
     return ""
@@ -132,4 +137,5 @@ def test_sweep_settings_refuse_in_a_sweep_and_without_m(override, field, tmp_pat
         expand(to_run_config(cfg), sweep, budget, tmp_path / "s")
 
     assert field in _refusal(sweep_mode)
-    assert sweep_only_keys(_compose("task=proxy", override))  # without -m: refused as sweep-only
+    with _hydra():
+        assert sweep_only_keys(_compose("task=proxy", override))  # without -m: refused as sweep-only

@@ -111,7 +111,8 @@ def test_preset_composes_and_expands(name, tmp_path):
         assert set(cfg.study) - {"name"} <= set(inspect.signature(run_study).parameters)
         return
     base = to_run_config(cfg)
-    sweep, budget = sweep_settings(cfg)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        sweep, budget = sweep_settings(cfg)  # inside: precision options compose through Hydra
     assert sweep.name == name
     runs = expand(base, sweep, budget, tmp_path)
     branches = branch(runs, sweep, tmp_path) if sweep.branches else []

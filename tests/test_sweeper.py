@@ -582,3 +582,20 @@ def test_a_local_sweep_prints_one_line_per_run_and_no_banners(tmp_path):
     for run in runs:
         assert sum(run.name in line and line.startswith("done") for line in lines) == 1, (run.name, lines)
         assert list((run / "wandb").glob("offline-run-*")), "wandb must still record the run"
+
+
+def test_sweep_precisions_name_options_of_the_precision_group(tmp_path):
+    """A preset names conf/precision/ options instead of repeating their fields; an entry's own fields
+    win over its option's, and the run identity is the same as with the fields written out."""
+    inline = ["sweep.precisions=[{name:h,w:fp8_e4m3,a:bf16,block_size:16},{name:f,w:fp8_e4m3,a:fp8_e4m3,"
+              "quantize_backward:false}]"]  # fmt: skip
+    named = ["sweep.precisions=[{name:h,precision:e4m3w_bf16a,block_size:16},{name:f,precision:mxfp8_fwd}]"]
+    ids = []
+    for precisions in (inline, named):
+        r = sweep(tmp_path / "s", *precisions, "sweep.dry_run=true")
+        assert r.returncode == 0, r.stderr
+        ids.append(sorted(re.findall(r"_([0-9a-f]{8})$", r.stdout, re.M)))
+    assert len(ids[0]) == 4 and ids[0] == ids[1]
+    bad = sweep(tmp_path / "s", "sweep.precisions=[{name:x,precision:mxfp9}]", "sweep.dry_run=true")
+    assert bad.returncode == 2 and "sweep.precisions[0].precision=mxfp9" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
