@@ -17,8 +17,9 @@ import time
 
 from launching import REPO, child_env, launch
 
-ARGS = ["task=proxy", "model.width=16", "model.depth=2", "train.steps=40", "train.ckpt_every=5",
-        "train.eval_every=20", "train.log_every=1", "train.twin_every=5", "logger=disabled",
+STEPS = 120
+ARGS = ["task=proxy", "model.width=16", "model.depth=2", f"train.steps={STEPS}", "train.ckpt_every=7",
+        "train.eval_every=50", "train.log_every=1", "train.twin_every=5", "logger=disabled",
         "logger.console_every_s=0"]  # fmt: skip
 TIMING = {"step_time", "twin_time", "wall_time", "median_step_time", "median_step_time_with_twin"}
 
@@ -44,15 +45,17 @@ def test_sigkill_at_random_moments_then_relaunch_ends_bit_identical(tmp_path):
     r = launch(*ARGS, f"out_dir={reference}")
     assert r.returncode == 0, r.stderr[-2000:]
     out, rng, kills = tmp_path / "killed", random.Random(1), 0
-    for _ in range(4):
+    # Three kills at random steps, one in each third of the run (so each relaunch resumes below the
+    # next), each a few ms after that step's metrics row appeared: mid-step, between a row and its
+    # checkpoint, or mid-checkpoint-write.
+    for target in [rng.randint(10, 35), rng.randint(45, 70), rng.randint(80, 100)]:
         cmd = [sys.executable, "launch.py", *ARGS, f"out_dir={out}"]
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         proc = subprocess.Popen(cmd, cwd=REPO, env=child_env(), **quiet)
-        target = _logged(out) + rng.randint(2, 12)  # a few steps past wherever it resumes
         deadline = time.monotonic() + 300
         while proc.poll() is None and _logged(out) < target and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.2))  # mid-step, or mid-checkpoint-write
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.01))
         if proc.poll() is None:
             proc.kill()
             kills += 1
