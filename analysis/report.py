@@ -62,9 +62,9 @@ def _with_ci(value: float, ci: tuple[float, float] | None, digits: int = 4) -> s
 
 
 class _Report:
-    def __init__(self, sweep_dir: Path, out: Path, loss: str, bootstrap: int, seed: int, log):
-        self.sweep, self.out, self.loss, self.bootstrap, self.seed, self.log = (
-            sweep_dir,
+    def __init__(self, sweeps: list[Path], out: Path, loss: str, bootstrap: int, seed: int, log):
+        self.sweeps, self.out, self.loss, self.bootstrap, self.seed, self.log = (
+            sweeps,
             out,
             loss,
             bootstrap,
@@ -73,7 +73,8 @@ class _Report:
         )
         self.figdir = out / "figures"
         self.lines: list[str] = []
-        self.fits: dict[str, Any] = {"loss": loss, "sweep_dir": str(sweep_dir)}
+        dirs = [str(s) for s in sweeps]
+        self.fits: dict[str, Any] = {"loss": loss, "sweep_dir": dirs[0] if len(dirs) == 1 else dirs}
 
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)
@@ -485,7 +486,7 @@ class _Report:
     # relative to out_dir), it is used; otherwise the generic rendering below shows the headline
     # numbers, the small tables and every figure of the record.
     def blocksize_section(self) -> None:
-        records = [r for s in getattr(self, "sweeps", [self.sweep]) for r in study_records(s, BLOCKSIZE_KIND)]
+        records = [r for s in self.sweeps for r in study_records(s, BLOCKSIZE_KIND)]
         if not records:
             return
         self.add("## Block-size study: is finer better?", "")
@@ -558,11 +559,9 @@ def write_report(
         raise ValueError("write_report needs at least one sweep directory")
     if len(sweeps) > 1 and out is None:
         raise ValueError("a report over several sweeps needs --out (it belongs to none of them)")
-    sweep = sweeps[0]
-    out_dir = Path(out) if out is not None else sweep
+    out_dir = Path(out) if out is not None else sweeps[0]
     out_dir.mkdir(parents=True, exist_ok=True)
-    r = _Report(sweep, out_dir, loss, bootstrap, seed, log)
-    r.sweeps = sweeps
+    r = _Report(sweeps, out_dir, loss, bootstrap, seed, log)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecordWarning)
         frames, curve_frames = [], []
@@ -574,10 +573,8 @@ def write_report(
                 c = c.assign(run=s.name + "/" + c["run"].astype(str)) if not c.empty else c
             frames.append(d)
             curve_frames.append(c)
-        df = pd.concat([f for f in frames if not f.empty], ignore_index=True) if any(
-            not f.empty for f in frames) else frames[0]  # fmt: skip
-        nonempty = [c for c in curve_frames if not c.empty]
-        cur = pd.concat(nonempty, ignore_index=True) if nonempty else pd.DataFrame()
+        df = _concat(frames) if len(frames) > 1 else frames[0]
+        cur = _concat(curve_frames)
     skipped = [str(w.message) for w in caught if issubclass(w.category, RecordWarning)]
     for w in caught:
         if not issubclass(w.category, RecordWarning):
@@ -620,6 +617,12 @@ def write_report(
     path = out_dir / "report.md"
     path.write_text("\n".join(r.lines))
     return path
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The non-empty frames one after another (an empty frame when none has rows)."""
+    full = [f for f in frames if not f.empty]
+    return pd.concat(full, ignore_index=True) if full else pd.DataFrame()
 
 
 def _finite(x: Any) -> Any:

@@ -81,7 +81,7 @@ _TAGS = (  # setting → how a non-default value shows in the label
 
 def settings(precision: Mapping[str, Any] | None) -> dict[str, Any]:
     """``precision`` with every unset field at its default (unknown keys are kept as they are)."""
-    return {**DEFAULTS, **{k: v for k, v in (precision or {}).items()}}
+    return {**DEFAULTS, **(precision or {})}
 
 
 def resolve(precision: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -114,11 +114,9 @@ def label(precision: Mapping[str, Any] | None, name: str | None = None) -> str:
     parts = [w if w == a else f"{w}w-{a}a"]
     if not p["quantize_backward"]:
         parts.append("fwd")
-    else:
-        inherited = {"w_bwd": p["w"], "a_bwd": p["a"], "g_dgrad": p["a"]}
-        inherited["g_wgrad"] = p["g_dgrad"] if p["g_dgrad"] is not None else p["a"]
+    else:  # a backward role shows only where it differs from what it would inherit
         for role in BACKWARD_ROLES:
-            if p[role] is not None and p[role] != inherited[role]:
+            if p[role] is not None and p[role] != resolve({**p, role: None})[role]:
                 parts.append(f"{role}_{format_name(p[role], scale)}")
     for key, fmt in _TAGS:
         value = p[key]

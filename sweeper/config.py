@@ -158,7 +158,7 @@ def sweep_only_keys(cfg: DictConfig) -> list[str]:
 def to_run_config(cfg: DictConfig) -> RunConfig:
     """The typed, validated run of a composed config; ``ValueError`` (one line) on bad input. The
     model and data sections are built with the schemas the run's task registers (``train.tasks``)."""
-    from train.config import _build
+    from train.config import build_section
     from train.tasks import task_spec
 
     known = {f.name for f in dataclasses.fields(LaunchConfig)} | {"hydra"}
@@ -179,9 +179,9 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
                 f"model is a {typed.__name__} option but task={task} needs a {spec.model.__name__}: "
                 f"choose a model option of that task (python launch.py --help lists them) or another task"
             )
-        plain["model"] = _build("model", spec.model, plain.get("model") or {})
+        plain["model"] = build_section("model", spec.model, plain.get("model") or {})
         data = plain.get("data")
-        plain["data"] = _build("data", spec.data, data or {}) if spec.data is not None else None
+        plain["data"] = build_section("data", spec.data, data or {}) if spec.data is not None else None
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), plain))
     except TypeError as e:  # e.g. an unknown key added with +model.foo=1
         raise ValueError(str(e).split("\n")[0]) from None

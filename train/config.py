@@ -244,7 +244,7 @@ class LoggerConfig:
             raise ValueError(f"logger.console_every_s={self.console_every_s} must be >= 0 (seconds; 0: off)")
 
 
-def _build(key: str, schema: type, values: dict[str, Any]) -> Any:
+def build_section(key: str, schema: type, values: dict[str, Any]) -> Any:
     """``schema(**values)``; unknown keys fail in one line naming the schema's fields."""
     fields = [f.name for f in dataclasses.fields(schema)]
     unknown = sorted(set(values) - set(fields))
@@ -276,7 +276,7 @@ class RunConfig:
     def __post_init__(self):
         spec = task_spec(self.task)
         if isinstance(self.model, dict):
-            self.model = _build("model", spec.model, self.model)
+            self.model = build_section("model", spec.model, self.model)
         elif type(self.model) is ModelConfig:  # no model given: the task's defaults
             self.model = spec.model()
         if not isinstance(self.model, spec.model):
@@ -289,7 +289,7 @@ class RunConfig:
         elif self.data is None:
             self.data = spec.data()
         elif isinstance(self.data, dict):
-            self.data = _build("data", spec.data, self.data)
+            self.data = build_section("data", spec.data, self.data)
         if not self.out_dir:
             raise ValueError("out_dir must be a non-empty path")
         for entry in self.train.schedule:  # every scheduled policy must be valid up front
