@@ -437,7 +437,7 @@ def test_report_leads_with_the_precision_law_and_delta_sections(tmp_path):
 def test_sections_are_silent_without_budgets_and_brief_without_bf16(tmp_path):
     from analysis.report import _Report
 
-    r = _Report(tmp_path, tmp_path, "final_val_loss", 0, 0, lambda *_: None)
+    r = _Report([tmp_path], tmp_path, "final_val_loss", 0, 0, lambda *_: None)
     proxy = exact_frame()
     proxy = proxy[proxy["sweep.precision"] != "bf16"]
     for budget in (np.nan, 6.45e12):  # none, or one grouped from C (a proxy recipe at one length)
