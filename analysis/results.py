@@ -192,11 +192,87 @@ LATE_SEARCH = (
 """The late-divergence search's presets (conf/experiment/), in the order they were run."""
 
 
-def proxy_claims(doc: _Doc, mech: Source, lates: list[Source], canonical: Source) -> None:
+EDGE = ("proxy_mechanism_lr3",)
+"""proxy_mechanism at other learning rates (conf/experiment/): the same variants, seeds and steps."""
+
+
+@dataclass
+class _Verdict:
+    verdict: str
+    sentence: str
+    fisher: str
+    k: int
+    n: int
+
+
+def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
+    """1.1's rule on one sweep's phase-1 runs: γ/β in E4M3 blew up in ≥ 2 of every 3 seeds while every
+    fp32 twin and every γ-unquantized run stayed stable (reproduced); more often than both (partially)."""
+    parents = runs[runs["parent"].isna()]
+    ln = parents[parents["norm_affine"].ne("none")]
+    none = parents[parents["norm_affine"].eq("none")]
+    k, n = int(ln["blew_up"].sum()), len(ln)
+    twins = ln["twin_stable"].dropna().astype(bool)
+    fp32_ok = bool(twins.all()) and len(twins) == n
+    none_ok = not none.empty and bool(none["stable"].all())
+    twin_bad = len(twins) - int(twins.sum())
+    none_bad = int(none["blew_up"].sum()) if not none.empty else 0
+    if 3 * k >= 2 * n and fp32_ok and none_ok:
+        verdict = REPRODUCED
+    elif k / n > twin_bad / max(len(twins), 1) and (none.empty or k / n > none_bad / len(none)):
+        verdict = PARTIAL
+    else:
+        verdict = NOT
+    sentence = (
+        f"γ/β in E4M3: **{k} of {n} seeds blew up**; their fp32 twins: {int(twins.sum())} of {len(twins)} "
+        f"stable; γ/β unquantized: {int(none['stable'].sum())} of {len(none)} stable."
+    )
+    fisher = ""
+    if not none.empty:
+        from scipy.stats import fisher_exact
+
+        p = fisher_exact([[k, n - k], [none_bad, len(none) - none_bad]], alternative="greater").pvalue
+        fisher = (
+            f"Blow-up rate with γ in E4M3 {k}/{n} against {none_bad}/{len(none)} with γ unquantized "
+            f"(same seeds, inits and batches): one-sided Fisher exact p = {p:.2g}."
+        )
+    return _Verdict(verdict, sentence, fisher, k, n)
+
+
+def _edge_block(doc: _Doc, edges: list[Source]) -> None:
+    """1.1's comparison re-run at other learning rates: the rule's outcome at each (not the verdict,
+    which stays with the preset the issue names)."""
+    for src in edges:
+        runs = src.runs
+        if runs.empty or runs["parent"].isna().sum() == 0:
+            doc.add(f"Not run yet: `{src.command}` (1.1's comparison at another learning rate).", "")
+            continue
+        finished = runs["status"].isin(["done", "diverged"])
+        unfinished = int((~finished & runs["parent"].isna()).sum())
+        runs = runs[finished]
+        if unfinished:
+            doc.add(f"`{src.name}`: {unfinished} run(s) not finished yet; counts below are the finished.", "")
+        v = _mechanism_verdict(runs)
+        lr = src.setting("train.lr")
+        doc.add(
+            f"**The same comparison at lr {lr:g}** (`{src.command}`, records `{_rel(src.path)}`, wall time "
+            f"as recorded {src.wall}): {v.sentence} By 1.1's rule this setting is **{v.verdict}**. Its LR "
+            "was chosen after the run above, to test whether a cooler setting keeps γ's blow-ups and "
+            "loses fp32's, so this is a search result, not a pre-registered test.",
+            "",
+            md_table(proxy.outcomes(runs)),
+            "",
+        )
+        if v.fisher:
+            doc.add(v.fisher, "")
+
+
+def proxy_claims(
+    doc: _Doc, mech: Source, lates: list[Source], canonical: Source, edges: list[Source]
+) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
     ln = parents[parents["norm_affine"].ne("none")] if not parents.empty else parents
-    none = parents[parents["norm_affine"].eq("none")] if not parents.empty else parents
 
     # 1.1 -------------------------------------------------------------------------------------------
     rule = (
@@ -208,37 +284,13 @@ def proxy_claims(doc: _Doc, mech: Source, lates: list[Source], canonical: Source
     if ln.empty:
         doc.claim("1.1 MX with LayerNorm γ in E4M3 blows up where fp32 does not (proxy)", NOT_RUN, rule, mech)
     else:
-        k, n = int(ln["blew_up"].sum()), len(ln)
-        twins = ln["twin_stable"].dropna().astype(bool)
-        fp32_ok = bool(twins.all()) and len(twins) == n
-        none_ok = not none.empty and bool(none["stable"].all())
-        twin_bad = len(twins) - int(twins.sum())
-        none_bad = int(none["blew_up"].sum()) if not none.empty else 0
-        if 3 * k >= 2 * n and fp32_ok and none_ok:
-            verdict = REPRODUCED
-        elif k / n > twin_bad / max(len(twins), 1) and (none.empty or k / n > none_bad / len(none)):
-            verdict = PARTIAL
-        else:
-            verdict = NOT
-        doc.claim("1.1 MX with LayerNorm γ in E4M3 blows up where fp32 does not (proxy)", verdict, rule, mech)
-        doc.add(
-            f"γ/β in E4M3: **{k} of {n} seeds blew up**; their fp32 twins: "
-            f"{int(twins.sum())} of {len(twins)} stable; γ/β unquantized: "
-            f"{int(none['stable'].sum())} of {len(none)} stable.",
-            "",
-            md_table(proxy.outcomes(runs)),
-            "",
+        v = _mechanism_verdict(runs)
+        doc.claim(
+            "1.1 MX with LayerNorm γ in E4M3 blows up where fp32 does not (proxy)", v.verdict, rule, mech
         )
-        if not none.empty:
-            from scipy.stats import fisher_exact
-
-            kn = int(none["blew_up"].sum())
-            p = fisher_exact([[k, n - k], [kn, len(none) - kn]], alternative="greater").pvalue
-            doc.add(
-                f"Blow-up rate with γ in E4M3 {k}/{n} against {kn}/{len(none)} with γ unquantized "
-                f"(same seeds, inits and batches): one-sided Fisher exact p = {p:.2g}.",
-                "",
-            )
+        doc.add(v.sentence, "", md_table(proxy.outcomes(runs)), "")
+        if v.fisher:
+            doc.add(v.fisher, "")
         times = proxy.step_times(runs)
         if not times.empty:
             doc.add(
@@ -251,6 +303,7 @@ def proxy_claims(doc: _Doc, mech: Source, lates: list[Source], canonical: Source
             from analysis import plots
 
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
+        _edge_block(doc, edges)
 
     # 1.2 -------------------------------------------------------------------------------------------
     rule = (
@@ -806,13 +859,15 @@ def write_results(
                  sweeps / "proxy_mechanism", archives, with_curves=True)  # fmt: skip
     lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
              for n in LATE_SEARCH]  # fmt: skip
+    edges = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
+             for n in EDGE]  # fmt: skip
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
                       sweeps / "proxy_canonical", archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
-    for src in (mech, *lates, canonical, lm, bs):
+    for src in (mech, *edges, *lates, canonical, lm, bs):
         if src.ran and not src.restored:
             archive.pack(src.path, archives, src.name)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -830,12 +885,12 @@ def write_results(
         "## Study 1: training instabilities in MX formats (Su et al.)",
         "",
     )
-    proxy_claims(doc, mech, lates, canonical)
+    proxy_claims(doc, mech, lates, canonical, edges)
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
-    search_log(doc, [mech, *lates, canonical])
+    search_log(doc, [mech, *edges, *lates, canonical])
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out
 

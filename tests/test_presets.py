@@ -47,7 +47,8 @@ TINY = {
         "data.vocab_size=null",
         "train.device=cpu",
     ],  # fmt: skip
-    "proxy_lr_sweep": [*TINY_PROXY, "train.twin_every=1"],
+    # the LR axis narrowed from the command line (a tested feature): 2 depths × 2 widths × 4 precisions
+    "proxy_lr_sweep": [*TINY_PROXY, "train.twin_every=1", "train.lr=1e-3"],
     "proxy_interventions": [
         *TINY_PROXY,
         "train.steps=6",
@@ -69,6 +70,7 @@ TINY = {
     "proxy_late_lr": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_late_norm10": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_late_wide": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_mechanism_lr3": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "block_size_study": [
         "study.weights=false",
@@ -92,14 +94,15 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_late_lr": (4, 0),
     "proxy_late_norm10": (2, 0),
     "proxy_late_wide": (2, 0),
+    "proxy_mechanism_lr3": (16, 0),  # phase 1 only
 }
 
 
 def test_every_preset_has_a_tiny_run():
     assert PRESETS and set(PRESETS) == set(TINY), "add the new preset's tiny overrides to TINY"
-    for name in VARIANTS:  # only value changes on top of proxy_late_search (see VARIANTS)
+    for name, base in VARIANTS.items():  # only value changes on top of their base preset
         text = (REPO / "conf" / "experiment" / f"{name}.yaml").read_text()
-        assert "defaults:\n  - proxy_late_search\n" in text, name
+        assert f"defaults:\n  - {base}\n  - _self_\n" in text, name
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -123,12 +126,18 @@ def test_preset_composes_and_expands(name, tmp_path):
     assert len({r.run_id for r in runs + branches}) == len(runs) + len(branches)
 
 
-VARIANTS = {"proxy_late_drift", "proxy_late_lr", "proxy_late_norm10", "proxy_late_wide"}
-"""Presets that only change values of proxy_late_search (its defaults): they compose and expand below
-and ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""
+VARIANTS = {
+    "proxy_late_drift": "proxy_late_search",
+    "proxy_late_lr": "proxy_late_search",
+    "proxy_late_norm10": "proxy_late_search",
+    "proxy_late_wide": "proxy_late_search",
+    "proxy_mechanism_lr3": "proxy_mechanism",
+}
+"""Presets that only change values of a base preset (their defaults): they compose and expand below and
+ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""
 
 
-@pytest.mark.parametrize("name", sorted(set(PRESETS) - VARIANTS))
+@pytest.mark.parametrize("name", sorted(set(PRESETS) - set(VARIANTS)))
 def test_preset_runs_on_a_tiny_budget(name, tmp_path):
     out = tmp_path / name
     if name == "block_size_study":
@@ -148,7 +157,7 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
         "precision_grid": 25,
         "hybrid_fixes": 5,
         "paper_llm": 25,
-        "proxy_lr_sweep": 48,
+        "proxy_lr_sweep": 16,
         "proxy_late_search": 1,  # one seed × one norm-LR multiplier
         "proxy_late_drift": 1,
         "proxy_late_lr": 1,

@@ -147,6 +147,9 @@ def test_results_document_from_real_records(tmp_path):
         "-m", "experiment=proxy_mechanism", f"hydra.sweep.dir={root / 'sweeps' / 'proxy_mechanism'}",
         "sweep.progress=false", "sweep.seeds=[0]", "train.steps=8", "train.ckpt_every=2",
         "train.spike_window=2", "train.spike_threshold=1e-9", *tiny,
+        # two of the five interventions at one branch point: the document's code paths, a third of the runs
+        "sweep.branch_at=[0.5]", "sweep.branches=[{name:no_mx,w:fp32,a:fp32,norm_affine:none},"
+        "{name:no_ln_quant,norm_affine:none}]",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     r = launching.launch(
@@ -193,3 +196,37 @@ def test_unfinished_branches_have_no_outcome():
                            status="interrupted")]  # fmt: skip
     b = proxy.branch_outcomes(proxy.proxy_runs(pd.DataFrame(rows)))
     assert "fwd_only" not in set(b["intervention"]) and b["branches"].sum() == 2
+
+
+def test_the_mechanism_rule_and_its_run_at_another_learning_rate(tmp_path):
+    """1.1's rule: ≥ 2/3 of the γ-in-E4M3 seeds blew up with every twin and every γ-unquantized run
+    stable → reproduced; more often than both → partially. The edge block applies it to another sweep's
+    finished runs only (a running one has no outcome) and names the sweep's LR."""
+    from analysis.results import PARTIAL, REPRODUCED, Source, _Doc, _edge_block, _mechanism_verdict
+
+    rows = [
+        _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03),
+        _run("ln_s1", "mx_ln", 1, final=math.nan, twin=0.03, status="diverged"),
+        _run("ln_s2", "mx_ln", 2, final=0.03, twin=0.03),
+        *[_run(f"none_s{s}", "mx_none", s, final=0.03, twin=0.03, norm_affine="none") for s in range(3)],
+    ]
+    frame = proxy.proxy_runs(pd.DataFrame(rows))
+    v = _mechanism_verdict(frame)
+    assert (v.verdict, v.k, v.n) == (REPRODUCED, 2, 3) and "**2 of 3 seeds blew up**" in v.sentence
+    rows[2]["twin_diverged_step"] = 500  # one twin unstable: no longer "every twin stable"
+    assert _mechanism_verdict(proxy.proxy_runs(pd.DataFrame(rows))).verdict == PARTIAL
+    rows[3]["final_val_loss"] = 0.09  # γ unquantized blew up once: still less often than γ in E4M3
+    assert _mechanism_verdict(proxy.proxy_runs(pd.DataFrame(rows))).verdict == PARTIAL
+
+    path = tmp_path / "proxy_mechanism_lr3"
+    path.mkdir()
+    (path / "multirun.yaml").write_text("train:\n  lr: 0.003\n")
+    running = _run("ln_s3", "mx_ln", 3, final=math.nan, twin=None, status="running")
+    src = Source("proxy_mechanism_lr3", "python launch.py -m experiment=proxy_mechanism_lr3", path)
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame([*rows[:3], running]))
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [src])
+    text = "\n".join(doc.lines)
+    assert "1 run(s) not finished yet" in text and "**The same comparison at lr 0.003**" in text
+    assert "**2 of 3 seeds blew up**" in text and "0 of 0 stable" in text
+    assert "this setting is **partially reproduced**" in text  # a twin went unstable (rows[2])
