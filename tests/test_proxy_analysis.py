@@ -221,12 +221,20 @@ def test_the_mechanism_rule_and_its_run_at_another_learning_rate(tmp_path):
     path = tmp_path / "proxy_mechanism_lr3"
     path.mkdir()
     (path / "multirun.yaml").write_text("train:\n  lr: 0.003\n")
-    running = _run("ln_s3", "mx_ln", 3, final=math.nan, twin=None, status="running")
+    edge = [
+        _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03),
+        _run("ln_s1", "mx_ln", 1, final=math.nan, twin=0.03, status="diverged"),
+        _run("ln_s2", "mx_ln", 2, final=0.036, twin=0.03),
+        _run("ln_s3", "mx_ln", 3, final=math.nan, twin=None, status="running"),
+        *[_run(f"none_s{s}", "mx_none", s, final=0.03, twin=0.03, norm_affine="none") for s in range(3)],
+    ]
     src = Source("proxy_mechanism_lr3", "python launch.py -m experiment=proxy_mechanism_lr3", path)
-    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame([*rows[:3], running]))
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(edge))
     doc = _Doc(tmp_path / "results.md")
     _edge_block(doc, [src])
     text = "\n".join(doc.lines)
     assert "1 run(s) not finished yet" in text and "**The same comparison at lr 0.003**" in text
-    assert "**2 of 3 seeds blew up**" in text and "0 of 0 stable" in text
-    assert "this setting is **partially reproduced**" in text  # a twin went unstable (rows[2])
+    assert "**2 of 3 seeds blew up**" in text and "3 of 3 stable" in text
+    assert "this setting is **reproduced**" in text
+    # the finite pairs (seeds 0 and 2): 3× and 1.2× the twin against 1× unquantized
+    assert "higher in 2 of 2 seeds (median 2.1 against 1;" in text
