@@ -192,8 +192,8 @@ LATE_SEARCH = (
 """The late-divergence search's presets (conf/experiment/), in the order they were run."""
 
 
-EDGE = ("proxy_mechanism_lr3",)
-"""proxy_mechanism at other learning rates (conf/experiment/): the same variants, seeds and steps."""
+EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds")
+"""proxy_mechanism's phase 1 again (conf/experiment/): at another learning rate, or on fresh seeds."""
 
 
 @dataclass
@@ -239,9 +239,10 @@ def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
     return _Verdict(verdict, sentence, fisher, k, n)
 
 
-def _edge_block(doc: _Doc, edges: list[Source]) -> None:
-    """1.1's comparison re-run at other learning rates: the rule's outcome at each (not the verdict,
-    which stays with the preset the issue names)."""
+def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> None:
+    """1.1's comparison re-run (another learning rate, or fresh seeds): the rule's outcome on each (not
+    the verdict, which stays with the preset the issue names); fresh seeds at ``mech``'s learning rate
+    are also pooled with its phase 1."""
     for src in edges:
         runs = src.runs
         if runs.empty or runs["parent"].isna().sum() == 0:
@@ -254,11 +255,18 @@ def _edge_block(doc: _Doc, edges: list[Source]) -> None:
             doc.add(f"`{src.name}`: {unfinished} run(s) not finished yet; counts below are the finished.", "")
         v = _mechanism_verdict(runs)
         lr = src.setting("train.lr")
+        seeds = sorted(int(x) for x in runs["seed"].dropna().unique())
+        same_lr = mech is not None and mech.ran and lr == mech.setting("train.lr")
+        why = (
+            "Fresh seeds at the same setting: a replication of the rates above."
+            if same_lr
+            else "Its LR was chosen after the run above, to test whether another setting keeps γ's "
+            "blow-ups and loses fp32's, so this is a search result, not a pre-registered test."
+        )
         doc.add(
-            f"**The same comparison at lr {lr:g}** (`{src.command}`, records `{_rel(src.path)}`, wall time "
-            f"as recorded {src.wall}): {v.sentence} By 1.1's rule this setting is **{v.verdict}**. Its LR "
-            "was chosen after the run above, to test whether a cooler setting keeps γ's blow-ups and "
-            "loses fp32's, so this is a search result, not a pre-registered test.",
+            f"**The same comparison at lr {lr:g}, seeds {seeds[0]}–{seeds[-1]}** (`{src.command}`, records "
+            f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {v.sentence} By 1.1's rule this "
+            f"setting is **{v.verdict}**. {why}",
             "",
             md_table(proxy.outcomes(runs)),
             "",
@@ -268,6 +276,15 @@ def _edge_block(doc: _Doc, edges: list[Source]) -> None:
         paired = _paired_ratio(runs)
         if paired:
             doc.add(paired, "")
+        if same_lr:
+            first = mech.runs[mech.runs["parent"].isna()]
+            pooled = _mechanism_verdict(pd.concat([first, runs[runs["parent"].isna()]]))
+            a, b = int(first["seed"].min()), int(first["seed"].max())
+            doc.add(
+                f"Pooled with `{mech.name}`'s seeds {a}–{b} ({pooled.n} seeds): {pooled.sentence} "
+                f"{pooled.fisher}",
+                "",
+            )
 
 
 def _paired_ratio(runs: pd.DataFrame) -> str:
@@ -327,7 +344,7 @@ def proxy_claims(
             from analysis import plots
 
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
-        _edge_block(doc, edges)
+        _edge_block(doc, edges, mech)
 
     # 1.2 -------------------------------------------------------------------------------------------
     rule = (

@@ -233,8 +233,23 @@ def test_the_mechanism_rule_and_its_run_at_another_learning_rate(tmp_path):
     doc = _Doc(tmp_path / "results.md")
     _edge_block(doc, [src])
     text = "\n".join(doc.lines)
-    assert "1 run(s) not finished yet" in text and "**The same comparison at lr 0.003**" in text
+    assert "1 run(s) not finished yet" in text and "**The same comparison at lr 0.003, seeds 0–2**" in text
     assert "**2 of 3 seeds blew up**" in text and "3 of 3 stable" in text
     assert "this setting is **reproduced**" in text
     # the finite pairs (seeds 0 and 2): 3× and 1.2× the twin against 1× unquantized
     assert "higher in 2 of 2 seeds (median 2.1 against 1;" in text
+    assert "Pooled" not in text  # no first sweep at this LR to pool with
+
+    # fresh seeds at the first sweep's LR: a replication, pooled with it
+    first = tmp_path / "proxy_mechanism"
+    first.mkdir()
+    (first / "multirun.yaml").write_text("train:\n  lr: 0.003\n")
+    mech = Source("proxy_mechanism", "python launch.py -m experiment=proxy_mechanism", first)
+    mech.df = pd.DataFrame(rows)  # ran
+    mech.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))  # seeds 0–2: 2 of 3 γ-in-E4M3 blew up
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [src], mech)
+    text = "\n".join(doc.lines)
+    assert "Fresh seeds at the same setting" in text
+    pooled = "Pooled with `proxy_mechanism`'s seeds 0–2 (6 seeds): γ/β in E4M3: **4 of 6 seeds blew up**"
+    assert pooled in text
