@@ -246,13 +246,15 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
     for src in edges:
         runs = src.runs
         if runs.empty or runs["parent"].isna().sum() == 0:
-            doc.add(f"Not run yet: `{src.command}` (1.1's comparison at another learning rate).", "")
+            doc.add(f"Not run yet: `{src.command}` (1.1's comparison, re-run).", "")
             continue
         finished = runs["status"].isin(["done", "diverged"])
         unfinished = int((~finished & runs["parent"].isna()).sum())
         runs = runs[finished]
         if unfinished:
             doc.add(f"`{src.name}`: {unfinished} run(s) not finished yet; counts below are the finished.", "")
+        if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
+            continue
         v = _mechanism_verdict(runs)
         lr = src.setting("train.lr")
         seeds = sorted(int(x) for x in runs["seed"].dropna().unique())
@@ -582,7 +584,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
     runs = src.runs
     if runs.empty:
         return []
-    parents = runs[runs["parent"].isna()].copy()
+    parents = runs[runs["parent"].isna() & runs["status"].isin(["done", "diverged"])].copy()  # finished
     keys = [
         "model.width",
         "model.depth",

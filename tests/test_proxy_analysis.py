@@ -253,3 +253,9 @@ def test_the_mechanism_rule_and_its_run_at_another_learning_rate(tmp_path):
     assert "Fresh seeds at the same setting" in text
     pooled = "Pooled with `proxy_mechanism`'s seeds 0–2 (6 seeds): γ/β in E4M3: **4 of 6 seeds blew up**"
     assert pooled in text
+
+    # nothing with γ in E4M3 finished yet: only the line saying so
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame([edge[3], *edge[4:]]))
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [src], mech)
+    assert doc.lines == [f"`{src.name}`: 1 run(s) not finished yet; counts below are the finished.", ""]
