@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.instability import FINISHED
+
 BLOWUP = 2.0
 ONSET = 3.0
 WINDOW = 100
@@ -82,7 +84,8 @@ def proxy_runs(df: pd.DataFrame) -> pd.DataFrame:
     diverged = runs["status"].eq("diverged")
     runs["blew_up"] = diverged | (runs["ratio"] >= BLOWUP)
     unrecovered = runs["spike_step"].notna() & runs["recovered"].eq(False).fillna(False).astype(bool)
-    runs["stable"] = ~(runs["blew_up"] | unrecovered) & runs["status"].isin(["done", "diverged"])
+    runs["finished"] = runs["status"].isin(FINISHED)  # done or diverged: a run with an outcome
+    runs["stable"] = ~(runs["blew_up"] | unrecovered) & runs["finished"]
     twin = _col(runs, "twin", numeric=False).eq(True)
     twin_div = _col(runs, "twin_diverged_step").notna()
     twin_spike = _col(runs, "twin_spike_step").notna()
@@ -242,7 +245,7 @@ def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     branches, how many avoided the blow-up (stable: ended < 2× the parents' twin, no divergence, no
     unrecovered spike), against the parents they came from (which blew up how often). Only finished
     branches (done or diverged) count: one still running or interrupted has no outcome yet."""
-    branches = runs[runs["parent"].notna() & runs["status"].isin(["done", "diverged"])]
+    branches = runs[runs["parent"].notna() & runs["finished"]]
     if branches.empty:
         return pd.DataFrame()
     blew = dict(zip(runs["run"], runs["blew_up"], strict=True))

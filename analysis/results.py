@@ -31,7 +31,7 @@ import yaml
 
 from analysis import proxy
 from analysis.collect import collect, curves, study_records
-from analysis.instability import sci, si
+from analysis.instability import FINISHED, sci, si
 from analysis.report import md_table
 from records import RecordWarning
 
@@ -248,9 +248,8 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
         if runs.empty or runs["parent"].isna().sum() == 0:
             doc.add(f"Not run yet: `{src.command}` (1.1's comparison, re-run).", "")
             continue
-        finished = runs["status"].isin(["done", "diverged"])
-        unfinished = int((~finished & runs["parent"].isna()).sum())
-        runs = runs[finished]
+        unfinished = int((~runs["finished"] & runs["parent"].isna()).sum())
+        runs = runs[runs["finished"]]
         if unfinished:
             doc.add(f"`{src.name}`: {unfinished} run(s) not finished yet; counts below are the finished.", "")
         if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
@@ -417,7 +416,7 @@ def proxy_claims(
     if b.empty:
         doc.claim(title, NOT_RUN, rule, mech)
     else:
-        branches = runs[runs["parent"].notna() & runs["status"].isin(["done", "diverged"])]
+        branches = runs[runs["parent"].notna() & runs["finished"]]
         unfinished = max(mech.planned_branches, int(runs["parent"].notna().sum())) - len(branches)
         blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
         hot = branches[branches["parent"].map(blew).astype(bool)]
@@ -544,7 +543,7 @@ def _late_findings(src: Source, baseline: dict[int, Any]) -> list[str]:
     hot = {s: t for s, t in baseline.items() if t is not None and t == t}
     parents = runs[runs["parent"].isna()]
     status = parents["status"] if "status" in parents else pd.Series("done", index=parents.index)
-    finished = status.isin(["done", "diverged"])
+    finished = status.isin(FINISHED)
     for row in src.search_rows:
         setting = f"`{src.name}` ({row['d × L, batch']}, lr {row['lr (norm ×)']}, {row['steps']} steps)"
         per_seed = []
@@ -584,7 +583,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
     runs = src.runs
     if runs.empty:
         return []
-    parents = runs[runs["parent"].isna() & runs["status"].isin(["done", "diverged"])].copy()  # finished
+    parents = runs[runs["parent"].isna() & runs["finished"]].copy()
     keys = [
         "model.width",
         "model.depth",
@@ -721,7 +720,7 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
 
     doc.figure(plots.delta_heatmap(deltas, reference=ref), "lm_delta_heatmap.png", "Δ loss vs bf16, W × A")
 
-    fin = df[df["status"].isin(["done", "diverged"])]
+    fin = df[df["status"].isin(FINISHED)]
     unstable = fin.groupby("label")["unstable"].agg(["sum", "size"])
     ref_bad = int(unstable.loc[ref, "sum"]) if ref in unstable.index else 0
     mx_bad = int(unstable.drop(index=ref, errors="ignore")["sum"].sum())

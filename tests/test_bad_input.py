@@ -139,3 +139,31 @@ def test_sweep_settings_refuse_in_a_sweep_and_without_m(override, field, tmp_pat
     assert field in _refusal(sweep_mode)
     with _hydra():
         assert sweep_only_keys(_compose("task=proxy", override))  # without -m: refused as sweep-only
+
+
+# The sweeper's own settings (sweep.*, budget.*): refused while planning, before any run is written;
+# tests/test_sweeper.py runs a sample of them end to end (one line, exit 2, no sweep directory).
+SWEEP_CASES = [
+    (["sweep.w=[fp9_e4m3]", "sweep.a=[bf16]"], "precision.w='fp9_e4m3' is not a known format"),
+    (["sweep.precisions=[{name:x,w:fp8_e4m3,nrm_affine:bf16}]"], "sweep.precisions[0] has unknown field"),
+    (["budget.flops=[-1e9]"], "budget.flops[0]"),
+    (["budget.ratio_min=0.5"], "no (budget, shape) pair has 0.5 < D/N < 1"),
+    (["budget.ratio_min=2"], "budget.ratio_min=2 / budget.ratio_max=1"),
+    (["train.lrr=0.1"], "train.lrr"),
+    (["sweep.rerun=everything"], "sweep.rerun='everything'"),
+    (["experiment=nope"], "experiment/nope"),
+    (["sweep.resources=[{max_params:big,launcher:{mem_gb:2}}]"], "sweep.resources[0].max_params='big'"),
+    (["sweep.resources=[{max_params:null}]"], "sweep.resources[0].launcher=None"),
+    (["sweep.resources=[{max_params:1e6,launcher:{mem_gb:2},gpus:1}]"], "sweep.resources[0] has unknown"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "named"), SWEEP_CASES)
+def test_bad_sweep_settings_are_refused_before_planning(overrides, named, tmp_path):
+    def check():
+        cfg = _compose("experiment=smoke", *overrides)
+        sweep, budget = sweep_settings(cfg)
+        expand(to_run_config(cfg), sweep, budget, tmp_path / "sw")
+
+    assert named in _refusal(check)
+    assert not (tmp_path / "sw").exists()
