@@ -192,8 +192,9 @@ LATE_SEARCH = (
 """The late-divergence search's presets (conf/experiment/), in the order they were run."""
 
 
-EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds")
-"""proxy_mechanism's phase 1 again (conf/experiment/): at another learning rate, or on fresh seeds."""
+EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds", "proxy_mechanism_d128")
+"""proxy_mechanism again (conf/experiment/): at another learning rate or width, or on fresh seeds;
+with branches, its interventions are reported beside 1.3."""
 
 
 @dataclass
@@ -255,17 +256,16 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
         if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
             continue
         v = _mechanism_verdict(runs)
-        lr = src.setting("train.lr")
-        seeds = sorted(int(x) for x in runs["seed"].dropna().unique())
-        same_lr = mech is not None and mech.ran and lr == mech.setting("train.lr")
+        keys = ("train.lr", "model.width", "model.depth", "train.batch_size")
+        same_setting = mech is not None and mech.ran and all(src.setting(k) == mech.setting(k) for k in keys)
         why = (
             "Fresh seeds at the same setting: a replication of the rates above."
-            if same_lr
-            else "Its LR was chosen after the run above, to test whether another setting keeps γ's "
+            if same_setting
+            else "Its setting was chosen after the run above, to test whether another setting keeps γ's "
             "blow-ups and loses fp32's, so this is a search result, not a pre-registered test."
         )
         doc.add(
-            f"**The same comparison at lr {lr:g}, seeds {seeds[0]}–{seeds[-1]}** (`{src.command}`, records "
+            f"**The same comparison at {_setting(src, mech, runs)}** (`{src.command}`, records "
             f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {v.sentence} By 1.1's rule this "
             f"setting is **{v.verdict}**. {why}",
             "",
@@ -277,7 +277,7 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
         paired = _paired_ratio(runs)
         if paired:
             doc.add(paired, "")
-        if same_lr:
+        if same_setting:
             first = mech.runs[mech.runs["parent"].isna()]
             pooled = _mechanism_verdict(pd.concat([first, runs[runs["parent"].isna()]]))
             a, b = int(first["seed"].min()), int(first["seed"].max())
@@ -412,52 +412,21 @@ def proxy_claims(
         "avoid it in ≥ 2/3 of the branches of parents that blew up; partially when some do."
     )
     title = "1.3 Interventions from a checkpoint before the spike"
-    b = proxy.branch_outcomes(runs) if not runs.empty else pd.DataFrame()
-    if b.empty:
-        doc.claim(title, NOT_RUN, rule, mech)
-    else:
-        branches = runs[runs["parent"].notna() & runs["finished"]]
-        unfinished = max(mech.planned_branches, int(runs["parent"].notna().sum())) - len(branches)
-        blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
-        hot = branches[branches["parent"].map(blew).astype(bool)]
-        first = hot["branch_at"].min() if hot["branch_at"].notna().any() else None
-        judged = hot[hot["branch_at"] == first] if first is not None else hot
-        rates = judged.groupby("variant")["stable"].mean()
-        paper = [v for v in ("no_ln_quant", "bf16_acts", "fwd_only") if v in rates]
-        good = [v for v in paper if rates[v] >= 2 / 3]
-        verdict = REPRODUCED if paper and len(good) == len(paper) else PARTIAL if good else NOT
-        doc.claim(title, verdict, rule, mech)
-        doc.add(md_table(b), "")
-        if unfinished:
-            doc.add(
-                f"{unfinished} planned branches had not finished when this was generated; they are left out.",
-                "",
-            )
-        groups = hot.groupby("branch_at") if hot["branch_at"].notna().any() else [(None, hot)]
-        for point, g in groups:
-            nomx = g[g["variant"] == "no_mx"]
-            if nomx.empty:
-                continue
-            at = f"at {point:g} × the spike step" if point is not None else "at this branch step"
-            k, n = int(nomx["stable"].sum()), len(nomx)
-            if 3 * k >= 2 * n:
-                doc.add(
-                    f"{at.capitalize()}, switching everything to fp32 (`no_mx`) avoided the blow-up in "
-                    f"{k} of {n} branches: the parents were still rescuable there, so this branch point "
-                    "tells the interventions apart.",
-                    "",
-                )
-            else:
-                doc.add(
-                    f"{at.capitalize()}, even switching everything to fp32 (`no_mx`) avoided the blow-up "
-                    f"in only {k} of {n} branches: these runs are already past rescue there, so this "
-                    "branch point cannot tell the interventions apart.",
-                    "",
-                )
-        if not mech.cur.empty:
-            from analysis import plots
-
-            doc.figure(plots.proxy_branches(mech.cur, runs), "proxy_branches.png", "parents and branches")
+    verdict, table, hot = _interventions(mech)
+    doc.claim(title, verdict, rule, mech)
+    if verdict != NOT_RUN:
+        _intervention_block(doc, mech, table, hot, "proxy_branches.png")
+    for src in edges:
+        v, table, hot = _interventions(src)
+        if v == NOT_RUN:
+            continue
+        doc.add(
+            f"**The same interventions at {_setting(src, mech)}** (`{src.command}`, branch points "
+            f"{' and '.join(f'{f:g}' for f in src.branch_at)} × the spike step, records `{_rel(src.path)}`, "
+            f"wall time as recorded {src.wall}): by 1.3's rule this setting is **{v}**.",
+            "",
+        )
+        _intervention_block(doc, src, table, hot, f"proxy_branches_{src.name}.png")
 
     # 1.4 -------------------------------------------------------------------------------------------
     title = "1.4 A late divergence (the study's canonical run: step ~5,090 of 9,000)"
@@ -529,6 +498,79 @@ def proxy_claims(
             "The canonical run was not run here (no GPU): `python launch.py -m experiment=proxy_canonical`.",
             "",
         )
+
+
+def _interventions(src: Source) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """1.3's rule on one sweep's branches: (verdict, the outcome table, the finished branches of
+    parents that blew up). Judged at the earliest branch point: the paper-named interventions (no LN
+    quantization, bf16 activations, forward-only MX) must each avoid the blow-up in ≥ 2/3 of them."""
+    runs = src.runs
+    table = proxy.branch_outcomes(runs) if not runs.empty else pd.DataFrame()
+    if table.empty:
+        return NOT_RUN, table, table
+    branches = runs[runs["parent"].notna() & runs["finished"]]
+    blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
+    hot = branches[branches["parent"].map(blew).astype(bool)]
+    first = hot["branch_at"].min() if hot["branch_at"].notna().any() else None
+    judged = hot[hot["branch_at"] == first] if first is not None else hot
+    rates = judged.groupby("variant")["stable"].mean()
+    paper = [v for v in ("no_ln_quant", "bf16_acts", "fwd_only") if v in rates]
+    good = [v for v in paper if rates[v] >= 2 / 3]
+    verdict = REPRODUCED if paper and len(good) == len(paper) else PARTIAL if good else NOT
+    return verdict, table, hot
+
+
+def _intervention_block(doc: _Doc, src: Source, table: pd.DataFrame, hot: pd.DataFrame, fig: str) -> None:
+    """One sweep's interventions: the outcome table, whether fp32 itself still rescues at each branch
+    point (if not, that point cannot tell the interventions apart), and parents vs branches."""
+    runs = src.runs
+    doc.add(md_table(table), "")
+    finished = int((runs["parent"].notna() & runs["finished"]).sum())
+    unfinished = max(src.planned_branches, int(runs["parent"].notna().sum())) - finished
+    if unfinished:
+        doc.add(f"{unfinished} planned branches had not finished when this was generated; they are left out.",
+                "")  # fmt: skip
+    groups = hot.groupby("branch_at") if hot["branch_at"].notna().any() else [(None, hot)]
+    for point, g in groups:
+        nomx = g[g["variant"] == "no_mx"]
+        if nomx.empty:
+            continue
+        at = f"at {point:g} × the spike step" if point is not None else "at this branch step"
+        k, n = int(nomx["stable"].sum()), len(nomx)
+        if 3 * k >= 2 * n:
+            doc.add(
+                f"{at.capitalize()}, switching everything to fp32 (`no_mx`) avoided the blow-up in "
+                f"{k} of {n} branches: the parents were still rescuable there, so this branch point "
+                "tells the interventions apart.",
+                "",
+            )
+        else:
+            doc.add(
+                f"{at.capitalize()}, even switching everything to fp32 (`no_mx`) avoided the blow-up "
+                f"in only {k} of {n} branches: these runs are already past rescue there, so this "
+                "branch point cannot tell the interventions apart.",
+                "",
+            )
+    if not src.cur.empty:
+        from analysis import plots
+
+        doc.figure(plots.proxy_branches(src.cur, runs), fig, f"parents and branches ({src.name})")
+
+
+def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None) -> str:
+    """How a re-run's setting differs from ``mech``'s (width, depth, batch), with its LR and the seeds
+    of ``runs`` (default: all of its runs)."""
+    parts = []
+    for key, name in (("model.width", "width"), ("model.depth", "depth"), ("train.batch_size", "batch")):
+        value = src.setting(key)
+        if value is not None and (mech is None or value != mech.setting(key)):
+            parts.append(f"{name} {value}")
+    parts.append(f"lr {src.setting('train.lr'):g}")
+    runs = src.runs if runs is None else runs
+    seeds = sorted(int(x) for x in runs["seed"].dropna().unique()) if not runs.empty else []
+    if seeds:
+        parts.append(f"seeds {seeds[0]}–{seeds[-1]}")
+    return ", ".join(parts)
 
 
 def _late_findings(src: Source, baseline: dict[int, Any]) -> list[str]:

@@ -72,6 +72,7 @@ TINY = {
     "proxy_late_wide": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_lr3": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[8]"],
+    "proxy_mechanism_d128": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "block_size_study": [
         "study.weights=false",
@@ -97,6 +98,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_late_wide": (2, 0),
     "proxy_mechanism_lr3": (16, 0),  # phase 1 only
     "proxy_mechanism_seeds": (16, 0),  # phase 1 only
+    "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
 }
 
 
@@ -135,6 +137,7 @@ VARIANTS = {
     "proxy_late_wide": "proxy_late_search",
     "proxy_mechanism_lr3": "proxy_mechanism",
     "proxy_mechanism_seeds": "proxy_mechanism",
+    "proxy_mechanism_d128": "proxy_mechanism",
 }
 """Presets that only change values of a base preset (their defaults): they compose and expand below and
 ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""

@@ -259,3 +259,55 @@ def test_the_mechanism_rule_and_its_run_at_another_learning_rate(tmp_path):
     doc = _Doc(tmp_path / "results.md")
     _edge_block(doc, [src], mech)
     assert doc.lines == [f"`{src.name}`: 1 run(s) not finished yet; counts below are the finished.", ""]
+
+
+def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
+    """1.3's rule is judged at the earliest branch point, on branches of parents that blew up: every
+    paper-named intervention avoiding it in ≥ 2/3 → reproduced, some → partially. A re-run sweep with
+    branches (another width) gets the same rule, its setting named, beside the main one."""
+    from analysis.results import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _interventions, proxy_claims
+
+    def sweep(name, rows, yaml):
+        path = tmp_path / name
+        path.mkdir()
+        (path / "multirun.yaml").write_text(yaml)
+        src = Source(name, f"python launch.py -m experiment={name}", path)
+        shape = {"train.steps": 2000, "model.width": 128, "model.depth": 4, "train.batch_size": 256}
+        src.df = pd.DataFrame([{**r, **shape, "train.lr": 0.004} for r in rows])
+        src.__dict__["runs"] = proxy.with_branch_points(proxy.proxy_runs(src.df), [0.5])
+        src.__dict__["planned_branches"] = sum(r["train.branch_from"] is not None for r in rows)
+        return src
+
+    parents = [
+        _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03, spike=400, recovered=False),
+        _run("ln_s1", "mx_ln", 1, final=math.nan, twin=0.03, status="diverged", spike=300),
+        _run("none_s0", "mx_none", 0, final=0.03, twin=0.03, norm_affine="none"),
+    ]
+
+    def branches(ok: dict[str, int]):  # per intervention: how many of the two parents it rescues
+        return [
+            _run(f"{v}_s{s}", f"mx_ln→{v}@100", s, final=0.031 if s < ok[v] else 0.2, parent=f"ln_s{s}",
+                 branch_step=200 if s == 0 else 100)
+            for v in ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx") for s in (0, 1)
+        ]  # fmt: skip
+
+    mech = sweep("proxy_mechanism", [*parents, *branches(dict.fromkeys(
+        ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 2))],
+        "model:\n  width: 256\ntrain:\n  lr: 0.004\nsweep:\n  branch_at: [0.5]\n")  # fmt: skip
+    assert _interventions(mech)[0] == REPRODUCED
+    half = {"no_ln_quant": 2, "bf16_acts": 1, "fwd_only": 0, "no_mx": 2}
+    d128 = sweep("proxy_mechanism_d128", [*parents, *branches(half)],
+                 "model:\n  width: 128\ntrain:\n  lr: 0.008\nsweep:\n  branch_at: [0.5]\n")  # fmt: skip
+    assert _interventions(d128)[0] == PARTIAL
+    none = {"no_ln_quant": 0, "bf16_acts": 1, "fwd_only": 1, "no_mx": 2}  # 1 of 2 < 2/3 each
+    assert _interventions(sweep("x", [*parents, *branches(none)], "train:\n  lr: 0.004\n"))[0] == NOT
+    assert _interventions(sweep("y", parents, "train:\n  lr: 0.004\n"))[0] == NOT_RUN
+
+    empty = Source("none", "", tmp_path / "none")
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    proxy_claims(doc, mech, [], empty, [d128])
+    text = "\n".join(doc.lines)
+    assert "### 1.3 Interventions from a checkpoint before the spike\n\n**Reproduced.**" in text
+    assert "**The same interventions at width 128, lr 0.008, seeds 0–1** (`python launch.py -m " in text
+    assert "by 1.3's rule this setting is **partially reproduced**." in text
+    assert "**The same comparison at width 128, lr 0.008, seeds 0–1**" in text  # 1.1 beside it
