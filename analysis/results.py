@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,8 +194,11 @@ LATE_SEARCH = (
 
 
 EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds", "proxy_mechanism_d128")
-"""proxy_mechanism again (conf/experiment/): at another learning rate or width, or on fresh seeds;
-with branches, its interventions are reported beside 1.3."""
+"""proxy_mechanism's comparison again (conf/experiment/): at another learning rate or width, or on
+fresh seeds; reported beside 1.1 and in the search log."""
+
+RERUN_BRANCHES = ("proxy_mechanism_d128", "proxy_mechanism_d128_early")
+"""Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
 
 
 @dataclass
@@ -310,7 +314,12 @@ def _paired_ratio(runs: pd.DataFrame) -> str:
 
 
 def proxy_claims(
-    doc: _Doc, mech: Source, lates: list[Source], canonical: Source, edges: list[Source]
+    doc: _Doc,
+    mech: Source,
+    lates: list[Source],
+    canonical: Source,
+    edges: list[Source],
+    reruns: Sequence[Source] = (),
 ) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
@@ -416,14 +425,20 @@ def proxy_claims(
     doc.claim(title, verdict, rule, mech)
     if verdict != NOT_RUN:
         _intervention_block(doc, mech, table, hot, "proxy_branches.png")
-    for src in edges:
+    for src in reruns:
         v, table, hot = _interventions(src)
         if v == NOT_RUN:
+            if not src.ran:
+                doc.add(f"Not run yet: `{src.command}` (1.3's interventions, another setting).", "")
             continue
+        where = (
+            f"branch points {' and '.join(f'{f:g}' for f in src.branch_at)} × the spike step"
+            if src.branch_at
+            else f"branched at step {src.setting('sweep.branch_step')}"
+        )
         doc.add(
-            f"**The same interventions at {_setting(src, mech)}** (`{src.command}`, branch points "
-            f"{' and '.join(f'{f:g}' for f in src.branch_at)} × the spike step, records `{_rel(src.path)}`, "
-            f"wall time as recorded {src.wall}): by 1.3's rule this setting is **{v}**.",
+            f"**The same interventions at {_setting(src, mech)}** (`{src.command}`, {where}, records "
+            f"`{_rel(src.path)}`, wall time as recorded {src.wall}): by 1.3's rule this setting is **{v}**.",
             "",
         )
         _intervention_block(doc, src, table, hot, f"proxy_branches_{src.name}.png")
@@ -943,15 +958,16 @@ def write_results(
                  sweeps / "proxy_mechanism", archives, with_curves=True)  # fmt: skip
     lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
              for n in LATE_SEARCH]  # fmt: skip
-    edges = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
-             for n in EDGE]  # fmt: skip
+    loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
+              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES))}  # fmt: skip
+    edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
                       sweeps / "proxy_canonical", archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
-    for src in (mech, *edges, *lates, canonical, lm, bs):
+    for src in (mech, *loaded.values(), *lates, canonical, lm, bs):
         if src.ran and not src.restored:
             archive.pack(src.path, archives, src.name)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -969,7 +985,7 @@ def write_results(
         "## Study 1: training instabilities in MX formats (Su et al.)",
         "",
     )
-    proxy_claims(doc, mech, lates, canonical, edges)
+    proxy_claims(doc, mech, lates, canonical, edges, reruns)
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)

@@ -73,6 +73,13 @@ TINY = {
     "proxy_mechanism_lr3": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[8]"],
     "proxy_mechanism_d128": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_mechanism_d128_early": [
+        *TINY_PROXY,
+        "model.width=16",
+        "train.ckpt_every=1",
+        "sweep.seeds=[0]",
+        "sweep.branch_step=2",
+    ],  # fmt: skip
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "block_size_study": [
         "study.weights=false",
@@ -99,6 +106,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_lr3": (16, 0),  # phase 1 only
     "proxy_mechanism_seeds": (16, 0),  # phase 1 only
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
+    "proxy_mechanism_d128_early": (16, 80),  # a fixed branch step: every parent × 5 interventions
 }
 
 
@@ -138,6 +146,7 @@ VARIANTS = {
     "proxy_mechanism_lr3": "proxy_mechanism",
     "proxy_mechanism_seeds": "proxy_mechanism",
     "proxy_mechanism_d128": "proxy_mechanism",
+    "proxy_mechanism_d128_early": "proxy_mechanism_d128",
 }
 """Presets that only change values of a base preset (their defaults): they compose and expand below and
 ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""

@@ -267,14 +267,14 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     branches (another width) gets the same rule, its setting named, beside the main one."""
     from analysis.results import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _interventions, proxy_claims
 
-    def sweep(name, rows, yaml):
+    def sweep(name, rows, yaml, points=(0.5,)):
         path = tmp_path / name
         path.mkdir()
         (path / "multirun.yaml").write_text(yaml)
         src = Source(name, f"python launch.py -m experiment={name}", path)
         shape = {"train.steps": 2000, "model.width": 128, "model.depth": 4, "train.batch_size": 256}
         src.df = pd.DataFrame([{**r, **shape, "train.lr": 0.004} for r in rows])
-        src.__dict__["runs"] = proxy.with_branch_points(proxy.proxy_runs(src.df), [0.5])
+        src.__dict__["runs"] = proxy.with_branch_points(proxy.proxy_runs(src.df), list(points))
         src.__dict__["planned_branches"] = sum(r["train.branch_from"] is not None for r in rows)
         return src
 
@@ -305,8 +305,12 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
 
     empty = Source("none", "", tmp_path / "none")
     doc = _Doc(tmp_path / "docs" / "results.md")
-    proxy_claims(doc, mech, [], empty, [d128])
+    fixed = "model:\n  width: 128\ntrain:\n  lr: 0.008\nsweep:\n  branch_step: 50\n"
+    early = sweep("proxy_mechanism_d128_early", [*parents[:2], *branches(none)], fixed, points=())
+    proxy_claims(doc, mech, [], empty, [d128], [d128, early])
     text = "\n".join(doc.lines)
+    assert "(`python launch.py -m experiment=proxy_mechanism_d128_early`, branched at step 50, " in text
+    assert text.count("by 1.3's rule this setting is **not reproduced**.") == 1
     assert "### 1.3 Interventions from a checkpoint before the spike\n\n**Reproduced.**" in text
     assert "**The same interventions at width 128, lr 0.008, seeds 0–1** (`python launch.py -m " in text
     assert "by 1.3's rule this setting is **partially reproduced**." in text
