@@ -106,7 +106,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_lr3": (16, 0),  # phase 1 only
     "proxy_mechanism_seeds": (16, 0),  # phase 1 only
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
-    "proxy_mechanism_d128_early": (16, 80),  # a fixed branch step: every parent × 5 interventions
+    "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
 }
 
 
