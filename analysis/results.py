@@ -418,16 +418,18 @@ def proxy_claims(
         f"branch ends stable (< {proxy.BLOWUP:g}× the parents' fp32 twin, no divergence, no unrecovered "
         "spike). Judged at the earliest branch point (the later ones show how early an intervention "
         "must come): reproduced when no LN quantization, bf16 activations and forward-only MX each "
-        "avoid it in ≥ 2/3 of the branches of parents that blew up; partially when some do."
+        "avoid it in ≥ 2/3 of the branches of parents that blew up; partially when some do. Parents: "
+        "the runs with γ/β in E4M3 (a γ-unquantized run that spiked is branched too, but there no LN "
+        "quantization changes nothing; its branches are left out)."
     )
     title = "1.3 Interventions from a checkpoint before the spike"
-    verdict, table, hot = _interventions(mech)
-    doc.claim(title, verdict, rule, mech)
-    if verdict != NOT_RUN:
-        _intervention_block(doc, mech, table, hot, "proxy_branches.png")
+    result = _interventions(mech)
+    doc.claim(title, result.verdict, rule, mech)
+    if result.verdict != NOT_RUN:
+        _intervention_block(doc, mech, result, "proxy_branches.png")
     for src in reruns:
-        v, table, hot = _interventions(src)
-        if v == NOT_RUN:
+        result = _interventions(src)
+        if result.verdict == NOT_RUN:
             if not src.ran:
                 doc.add(f"Not run yet: `{src.command}` (1.3's interventions, another setting).", "")
             continue
@@ -438,10 +440,11 @@ def proxy_claims(
         )
         doc.add(
             f"**The same interventions at {_setting(src, mech)}** (`{src.command}`, {where}, records "
-            f"`{_rel(src.path)}`, wall time as recorded {src.wall}): by 1.3's rule this setting is **{v}**.",
+            f"`{_rel(src.path)}`, wall time as recorded {src.wall}): by 1.3's rule this setting is "
+            f"**{result.verdict}**.",
             "",
         )
-        _intervention_block(doc, src, table, hot, f"proxy_branches_{src.name}.png")
+        _intervention_block(doc, src, result, f"proxy_branches_{src.name}.png")
 
     # 1.4 -------------------------------------------------------------------------------------------
     title = "1.4 A late divergence (the study's canonical run: step ~5,090 of 9,000)"
@@ -515,14 +518,30 @@ def proxy_claims(
         )
 
 
-def _interventions(src: Source) -> tuple[str, pd.DataFrame, pd.DataFrame]:
-    """1.3's rule on one sweep's branches: (verdict, the outcome table, the finished branches of
-    parents that blew up). Judged at the earliest branch point: the paper-named interventions (no LN
-    quantization, bf16 activations, forward-only MX) must each avoid the blow-up in ≥ 2/3 of them."""
+@dataclass
+class _Interventions:
+    verdict: str
+    table: pd.DataFrame
+    """``proxy.branch_outcomes`` of the branches of γ-in-E4M3 parents."""
+    hot: pd.DataFrame
+    """Those branches, finished, of parents that blew up: what the rule judges."""
+    runs: pd.DataFrame
+    """The phase-1 runs and the branches of γ-in-E4M3 parents."""
+
+
+def _interventions(src: Source) -> _Interventions:
+    """1.3's rule on one sweep's branches of γ-in-E4M3 parents (a γ-unquantized parent that spiked is
+    branched too, but there no LN quantization changes nothing: not the claim's). Judged at the
+    earliest branch point: the paper-named interventions (no LN quantization, bf16 activations,
+    forward-only MX) must each avoid the blow-up in ≥ 2/3 of the branches of parents that blew up."""
     runs = src.runs
-    table = proxy.branch_outcomes(runs) if not runs.empty else pd.DataFrame()
+    if runs.empty:
+        return _Interventions(NOT_RUN, runs, runs, runs)
+    quantized = dict(zip(runs["run"], runs["norm_affine"].ne("none"), strict=True))
+    runs = runs[runs["parent"].isna() | runs["parent"].map(quantized).fillna(False).astype(bool)]
+    table = proxy.branch_outcomes(runs)
     if table.empty:
-        return NOT_RUN, table, table
+        return _Interventions(NOT_RUN, table, table, runs)
     branches = runs[runs["parent"].notna() & runs["finished"]]
     blew = dict(zip(runs["run"], runs["blew_up"], strict=True))
     hot = branches[branches["parent"].map(blew).astype(bool)]
@@ -532,14 +551,15 @@ def _interventions(src: Source) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     paper = [v for v in ("no_ln_quant", "bf16_acts", "fwd_only") if v in rates]
     good = [v for v in paper if rates[v] >= 2 / 3]
     verdict = REPRODUCED if paper and len(good) == len(paper) else PARTIAL if good else NOT
-    return verdict, table, hot
+    return _Interventions(verdict, table, hot, runs)
 
 
-def _intervention_block(doc: _Doc, src: Source, table: pd.DataFrame, hot: pd.DataFrame, fig: str) -> None:
+def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str) -> None:
     """One sweep's interventions: the outcome table, whether fp32 itself still rescues at each branch
     point (if not, that point cannot tell the interventions apart), and parents vs branches."""
-    runs = src.runs
-    doc.add(md_table(table), "")
+    hot = result.hot
+    doc.add(md_table(result.table), "")
+    runs = src.runs  # every branch the sweep planned, of any parent: which have not finished yet
     finished = int((runs["parent"].notna() & runs["finished"]).sum())
     unfinished = max(src.planned_branches, int(runs["parent"].notna().sum())) - finished
     if unfinished:
@@ -569,7 +589,7 @@ def _intervention_block(doc: _Doc, src: Source, table: pd.DataFrame, hot: pd.Dat
     if not src.cur.empty:
         from analysis import plots
 
-        doc.figure(plots.proxy_branches(src.cur, runs), fig, f"parents and branches ({src.name})")
+        doc.figure(plots.proxy_branches(src.cur, result.runs), fig, f"parents and branches ({src.name})")
 
 
 def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None) -> str:

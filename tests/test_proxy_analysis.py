@@ -291,17 +291,23 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
             for v in ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx") for s in (0, 1)
         ]  # fmt: skip
 
-    mech = sweep("proxy_mechanism", [*parents, *branches(dict.fromkeys(
+    # a γ-unquantized parent that blew up is branched too; no LN quantization changes nothing there
+    parents.append(_run("none_s1", "mx_none", 1, final=0.3, twin=0.03, norm_affine="none", spike=500))
+    unquantized = [_run(f"n{v}_s1", f"mx_none→{v}@100", 1, final=0.3, parent="none_s1", branch_step=200,
+                        norm_affine="none") for v in ("no_ln_quant", "bf16_acts", "fwd_only")]  # fmt: skip
+    mech = sweep("proxy_mechanism", [*parents, *unquantized, *branches(dict.fromkeys(
         ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 2))],
         "model:\n  width: 256\ntrain:\n  lr: 0.004\nsweep:\n  branch_at: [0.5]\n")  # fmt: skip
-    assert _interventions(mech)[0] == REPRODUCED
+    result = _interventions(mech)
+    assert result.verdict == REPRODUCED and set(result.hot["parent"]) == {"ln_s0", "ln_s1"}
+    assert result.table.set_index("intervention").loc["no_ln_quant", "branches"] == 2
     half = {"no_ln_quant": 2, "bf16_acts": 1, "fwd_only": 0, "no_mx": 2}
     d128 = sweep("proxy_mechanism_d128", [*parents, *branches(half)],
                  "model:\n  width: 128\ntrain:\n  lr: 0.008\nsweep:\n  branch_at: [0.5]\n")  # fmt: skip
-    assert _interventions(d128)[0] == PARTIAL
+    assert _interventions(d128).verdict == PARTIAL
     none = {"no_ln_quant": 0, "bf16_acts": 1, "fwd_only": 1, "no_mx": 2}  # 1 of 2 < 2/3 each
-    assert _interventions(sweep("x", [*parents, *branches(none)], "train:\n  lr: 0.004\n"))[0] == NOT
-    assert _interventions(sweep("y", parents, "train:\n  lr: 0.004\n"))[0] == NOT_RUN
+    assert _interventions(sweep("x", [*parents, *branches(none)], "train:\n  lr: 0.004\n")).verdict == NOT
+    assert _interventions(sweep("y", parents, "train:\n  lr: 0.004\n")).verdict == NOT_RUN
 
     empty = Source("none", "", tmp_path / "none")
     doc = _Doc(tmp_path / "docs" / "results.md")
