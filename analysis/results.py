@@ -91,13 +91,18 @@ class Source:
         return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
     @functools.cached_property
-    def planned_branches(self) -> int:
-        """Second-phase runs the sweep's manifest planned (this launch's and earlier ones')."""
+    def planned_branches(self) -> dict[str, str]:
+        """Second-phase runs the sweep's manifest planned (this launch's and earlier ones'): name →
+        the parent's precision label (the part of the run's precision before "→")."""
         from records import read_mapping
 
         manifest = read_mapping(self.path / "manifest.json") or {}
         runs = [*(manifest.get("runs") or []), *(manifest.get("earlier") or [])]
-        return len({r.get("name") for r in runs if isinstance(r, dict) and r.get("phase") == 2})
+        return {
+            str(r.get("name")): str((r.get("coords") or {}).get("precision", "")).split("→")[0]
+            for r in runs
+            if isinstance(r, dict) and r.get("phase") == 2
+        }
 
     @functools.cached_property
     def search_rows(self) -> list[dict[str, Any]]:
@@ -559,9 +564,11 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
     point (if not, that point cannot tell the interventions apart), and parents vs branches."""
     hot = result.hot
     doc.add(md_table(result.table), "")
-    runs = src.runs  # every branch the sweep planned, of any parent: which have not finished yet
+    runs = result.runs  # the branches of γ-in-E4M3 parents: which have not finished yet
+    parents = set(runs.loc[runs["parent"].isna() & runs["norm_affine"].ne("none"), "label"])
+    planned = sum(label in parents for label in src.planned_branches.values())
     finished = int((runs["parent"].notna() & runs["finished"]).sum())
-    unfinished = max(src.planned_branches, int(runs["parent"].notna().sum())) - finished
+    unfinished = max(planned, int(runs["parent"].notna().sum())) - finished
     if unfinished:
         doc.add(f"{unfinished} planned branches had not finished when this was generated; they are left out.",
                 "")  # fmt: skip

@@ -103,6 +103,10 @@ class SweepConfig:
     checkpoints (``train.ckpt_every``): ``[0.4, 0.75]`` asks how early an intervention must come.
     Read from the parents' records once they have finished, so the branches are planned after the
     first phase; a parent that never spiked is not branched."""
+    branch_parents: list[str] = field(default_factory=list)
+    """Branch only the first-phase runs of these ``sweep.precisions`` names (e.g. ``[mx_ln_e4m3]``: the
+    interventions act on γ in E4M3, so a γ-unquantized parent's branches would answer nothing);
+    empty: every first-phase run."""
     branch_twin: bool = True
     """Branches keep the fp32 twin. Off, they train without it: up to the branch step a branch's twin
     would be its parent's, and after it the same fp32 trajectory again (same init, batches and LR),
@@ -223,6 +227,13 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
     # Named options are resolved once, here (through Hydra's config search path): the grid sees fields.
     sweep.precisions = _resolved("sweep.precisions", sweep.precisions)
     sweep.branches = _resolved("sweep.branches", sweep.branches)
+    names = [str(p.get("name")) for p in sweep.precisions]
+    unknown = [n for n in sweep.branch_parents if n not in names]
+    if unknown:
+        raise ValueError(
+            f"sweep.branch_parents={list(sweep.branch_parents)}: {unknown[0]!r} is not a name in "
+            f"sweep.precisions ({', '.join(names) or 'none'}); name parents by their sweep.precisions name"
+        )
     from sweeper.budget import check_window
 
     check_window(budget.ratio_min, budget.ratio_max)

@@ -199,12 +199,14 @@ def branch(
     sweep_dir: Path,
     step_of: Callable[[PlannedRun], int | None] | None = None,
 ) -> list[PlannedRun]:
-    """The second phase: each parent branched from its checkpoint at ``sweep.branch_step``, or at
-    ``step_of(parent)`` (``sweep.branch_at``: the caller reads it from the parent's record; None
-    leaves that parent without branches)."""
+    """The second phase: each parent (of ``sweep.branch_parents``' precisions, where given) branched
+    from its checkpoint at ``sweep.branch_step``, or at ``step_of(parent)`` (``sweep.branch_at``: the
+    caller reads it from the parent's record; None leaves that parent without branches)."""
     entries = precision_changes("sweep.branches", sweep.branches)
     out, cache = [], {}
     twin = {} if sweep.branch_twin else {"twin_every": 0}
+    if sweep.branch_parents:
+        parents = [p for p in parents if p.coords.get("precision") in sweep.branch_parents]
     for parent in parents:
         every = parent.run.train.ckpt_every
         k = sweep.branch_step if step_of is None else step_of(parent)

@@ -151,6 +151,7 @@ SWEEP_CASES = [
     (["budget.ratio_min=2"], "budget.ratio_min=2 / budget.ratio_max=1"),
     (["train.lrr=0.1"], "train.lrr"),
     (["sweep.rerun=everything"], "sweep.rerun='everything'"),
+    (["sweep.branch_parents=[mx_ln]"], "sweep.branch_parents=['mx_ln']: 'mx_ln' is not a name in sweep."),
     (["experiment=nope"], "experiment/nope"),
     (["sweep.resources=[{max_params:big,launcher:{mem_gb:2}}]"], "sweep.resources[0].max_params='big'"),
     (["sweep.resources=[{max_params:null}]"], "sweep.resources[0].launcher=None"),

@@ -306,3 +306,18 @@ def test_precision_options_mean_what_they_say():
         assert precision("precision=nvfp4", "precision.a=bf16").a == "bf16"  # an option, then a field
         short, full = precision("precision.w=mxfp8"), precision("precision.w=fp8_e4m3")
         assert short.policy().spec("w") == full.policy().spec("w")
+
+
+def test_branch_parents_limits_the_second_phase_to_those_precisions(tmp_path):
+    """sweep.branch_parents: only the named first-phase precisions are branched (the interventions act
+    on γ in E4M3; a γ-unquantized parent's branches answer nothing)."""
+    over = ["experiment=proxy_mechanism", "sweep.seeds=[0,1]", "sweep.branch_at=[]", "sweep.branch_step=100"]
+    plans = {}
+    for name, extra in (("every", []), ("only", ["sweep.branch_parents=[mx_ln_e4m3]"])):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=[*over, *extra, *LOGGER])
+            sweep, budget = sweep_settings(cfg)
+        runs = expand(to_run_config(cfg), sweep, budget, tmp_path / name)
+        branches = branch(runs, sweep, tmp_path / name)
+        plans[name] = {b.parent.coords["precision"] for b in branches}, len(branches)
+    assert plans["every"] == ({"mx_ln_e4m3", "mx_ln_none"}, 20) and plans["only"] == ({"mx_ln_e4m3"}, 10)

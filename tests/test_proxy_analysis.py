@@ -275,7 +275,9 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
         shape = {"train.steps": 2000, "model.width": 128, "model.depth": 4, "train.batch_size": 256}
         src.df = pd.DataFrame([{**r, **shape, "train.lr": 0.004} for r in rows])
         src.__dict__["runs"] = proxy.with_branch_points(proxy.proxy_runs(src.df), list(points))
-        src.__dict__["planned_branches"] = sum(r["train.branch_from"] is not None for r in rows)
+        src.__dict__["planned_branches"] = {
+            r["run"]: r["sweep.precision"].split("→")[0] for r in rows if r["train.branch_from"] is not None
+        }
         return src
 
     parents = [
@@ -317,6 +319,7 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     text = "\n".join(doc.lines)
     assert "(`python launch.py -m experiment=proxy_mechanism_d128_early`, branched at step 50, " in text
     assert text.count("by 1.3's rule this setting is **not reproduced**.") == 1
+    assert "had not finished" not in text  # the γ-unquantized parent's planned branches are not 1.3's
     assert "### 1.3 Interventions from a checkpoint before the spike\n\n**Reproduced.**" in text
     assert "**The same interventions at width 128, lr 0.008, seeds 0–1** (`python launch.py -m " in text
     assert "by 1.3's rule this setting is **partially reproduced**." in text
