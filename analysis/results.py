@@ -587,10 +587,17 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
                 "",
             )
         else:
+            spikes = dict(zip(runs["run"], runs["spike_step"], strict=True))
+            pairs = [
+                f"{spikes.get(r['parent']):.0f} → {r['spike_step']:.0f}"
+                for _, r in nomx.sort_values("seed").iterrows()
+                if not r["stable"] and pd.notna(r["spike_step"]) and pd.notna(spikes.get(r["parent"]))
+            ]
+            when = f" First spike of each parent → of its fp32 branch: {', '.join(pairs)}." if pairs else ""
             doc.add(
                 f"{at.capitalize()}, even switching everything to fp32 (`no_mx`) avoided the blow-up "
                 f"in only {k} of {n} branches: these runs are already past rescue there, so this "
-                "branch point cannot tell the interventions apart.",
+                f"branch point cannot tell the interventions apart.{when}",
                 "",
             )
     if not src.cur.empty:

@@ -265,7 +265,17 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     """1.3's rule is judged at the earliest branch point, on branches of parents that blew up: every
     paper-named intervention avoiding it in ≥ 2/3 → reproduced, some → partially. A re-run sweep with
     branches (another width) gets the same rule, its setting named, beside the main one."""
-    from analysis.results import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _interventions, proxy_claims
+    from analysis.results import (
+        NOT,
+        NOT_RUN,
+        PARTIAL,
+        REPRODUCED,
+        Source,
+        _Doc,
+        _intervention_block,
+        _interventions,
+        proxy_claims,
+    )
 
     def sweep(name, rows, yaml, points=(0.5,)):
         path = tmp_path / name
@@ -289,7 +299,7 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     def branches(ok: dict[str, int]):  # per intervention: how many of the two parents it rescues
         return [
             _run(f"{v}_s{s}", f"mx_ln→{v}@100", s, final=0.031 if s < ok[v] else 0.2, parent=f"ln_s{s}",
-                 branch_step=200 if s == 0 else 100)
+                 branch_step=200 if s == 0 else 100, spike=None if s < ok[v] else 410 - 100 * s)
             for v in ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx") for s in (0, 1)
         ]  # fmt: skip
 
@@ -320,7 +330,17 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     assert "(`python launch.py -m experiment=proxy_mechanism_d128_early`, branched at step 50, " in text
     assert text.count("by 1.3's rule this setting is **not reproduced**.") == 1
     assert "had not finished" not in text  # the γ-unquantized parent's planned branches are not 1.3's
+
     assert "### 1.3 Interventions from a checkpoint before the spike\n\n**Reproduced.**" in text
     assert "**The same interventions at width 128, lr 0.008, seeds 0–1** (`python launch.py -m " in text
     assert "by 1.3's rule this setting is **partially reproduced**." in text
     assert "**The same comparison at width 128, lr 0.008, seeds 0–1**" in text  # 1.1 beside it
+
+    # where fp32 itself no longer rescues, each parent's spike step beside its fp32 branch's
+    lost = dict.fromkeys(("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 0)
+    hopeless = sweep("z", [*parents, *branches(lost)], "train:\n  lr: 0.004\n")
+    doc = _Doc(tmp_path / "docs" / "z.md")
+    _intervention_block(doc, hopeless, _interventions(hopeless), "z.png")
+    text = "\n".join(doc.lines)
+    assert "even switching everything to fp32 (`no_mx`) avoided the blow-up in only 0 of 2 branches" in text
+    assert "First spike of each parent → of its fp32 branch: 400 → 410, 300 → 310." in text
