@@ -617,8 +617,10 @@ def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None)
     parts.append(f"lr {src.setting('train.lr'):g}")
     runs = src.runs if runs is None else runs
     seeds = sorted(int(x) for x in runs["seed"].dropna().unique()) if not runs.empty else []
-    if seeds:
-        parts.append(f"seeds {seeds[0]}–{seeds[-1]}")
+    if seeds:  # a range where they are consecutive, else each
+        consecutive = seeds == list(range(seeds[0], seeds[-1] + 1))
+        listed = f"{seeds[0]}–{seeds[-1]}" if consecutive else ", ".join(map(str, seeds))
+        parts.append(f"seeds {listed}")
     return ", ".join(parts)
 
 

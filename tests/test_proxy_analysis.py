@@ -274,6 +274,7 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
         _Doc,
         _intervention_block,
         _interventions,
+        _setting,
         proxy_claims,
     )
 
@@ -328,6 +329,8 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     proxy_claims(doc, mech, [], empty, [d128], [d128, early])
     text = "\n".join(doc.lines)
     assert "(`python launch.py -m experiment=proxy_mechanism_d128_early`, branched at step 50, " in text
+    picked = sweep("picked", [parents[0], {**parents[1], "train.seed": 3}], fixed, points=())
+    assert _setting(picked, mech) == "width 128, lr 0.008, seeds 0, 3"  # not a range: each seed
     assert text.count("by 1.3's rule this setting is **not reproduced**.") == 1
     assert "had not finished" not in text  # the γ-unquantized parent's planned branches are not 1.3's
 
