@@ -80,6 +80,13 @@ TINY = {
         "sweep.seeds=[0]",
         "sweep.branch_step=2",
     ],  # fmt: skip
+    "proxy_mechanism_d128_step20": [
+        *TINY_PROXY,
+        "model.width=16",
+        "train.ckpt_every=1",
+        "sweep.seeds=[0]",
+        "sweep.branch_step=2",
+    ],  # fmt: skip
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "block_size_study": [
         "study.weights=false",
@@ -107,6 +114,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_seeds": (16, 0),  # phase 1 only
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
+    "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
 }
 
 
@@ -147,6 +155,7 @@ VARIANTS = {
     "proxy_mechanism_seeds": "proxy_mechanism",
     "proxy_mechanism_d128": "proxy_mechanism",
     "proxy_mechanism_d128_early": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
 }
 """Presets that only change values of a base preset (their defaults): they compose and expand below and
 ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""

@@ -321,6 +321,8 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     none = {"no_ln_quant": 0, "bf16_acts": 1, "fwd_only": 1, "no_mx": 2}  # 1 of 2 < 2/3 each
     assert _interventions(sweep("x", [*parents, *branches(none)], "train:\n  lr: 0.004\n")).verdict == NOT
     assert _interventions(sweep("y", parents, "train:\n  lr: 0.004\n")).verdict == NOT_RUN
+    some = [b for b in branches({**none, "no_ln_quant": 2}) if b["run"].startswith("no_")]
+    assert _interventions(sweep("w", [*parents, *some], "train:\n  lr: 0.004\n")).verdict == PARTIAL
 
     empty = Source("none", "", tmp_path / "none")
     doc = _Doc(tmp_path / "docs" / "results.md")
