@@ -57,6 +57,11 @@ def variant(label: str) -> str:
     return label.split("→", 1)[1].rsplit("@", 1)[0] if "→" in label else label
 
 
+def parent_label(label: str) -> str:
+    """A branch's parent's label from its sweep label (``"mx_ln_e4m3→no_mx@200"`` → ``"mx_ln_e4m3"``)."""
+    return label.split("→", 1)[0]
+
+
 def proxy_runs(df: pd.DataFrame) -> pd.DataFrame:
     """The proxy runs of a ``collect`` frame with the study's columns: ``label`` (the sweep's name of
     the precision), ``variant``, ``seed``, ``parent`` (the parent's ``run`` for a branch, else None),

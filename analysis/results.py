@@ -99,7 +99,7 @@ class Source:
         manifest = read_mapping(self.path / "manifest.json") or {}
         runs = [*(manifest.get("runs") or []), *(manifest.get("earlier") or [])]
         return {
-            str(r.get("name")): str((r.get("coords") or {}).get("precision", "")).split("→")[0]
+            str(r.get("name")): proxy.parent_label(str((r.get("coords") or {}).get("precision", "")))
             for r in runs
             if isinstance(r, dict) and r.get("phase") == 2
         }
@@ -198,6 +198,9 @@ LATE_SEARCH = (
 """The late-divergence search's presets (conf/experiment/), in the order they were run."""
 
 
+SETTING = (("model.width", "width"), ("model.depth", "depth"), ("train.batch_size", "batch"))
+"""The shape keys that tell one proxy setting from another (with ``train.lr``), and their names."""
+
 EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds", "proxy_mechanism_d128")
 """proxy_mechanism's comparison again (conf/experiment/): at another learning rate or width, or on
 fresh seeds; reported beside 1.1 and in the search log."""
@@ -265,7 +268,7 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
         if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
             continue
         v = _mechanism_verdict(runs)
-        keys = ("train.lr", "model.width", "model.depth", "train.batch_size")
+        keys = ("train.lr", *(k for k, _ in SETTING))
         same_setting = mech is not None and mech.ran and all(src.setting(k) == mech.setting(k) for k in keys)
         why = (
             "Fresh seeds at the same setting: a replication of the rates above."
@@ -531,7 +534,7 @@ class _Interventions:
     hot: pd.DataFrame
     """Those branches, finished, of parents that blew up: what the rule judges."""
     runs: pd.DataFrame
-    """The phase-1 runs and the branches of γ-in-E4M3 parents."""
+    """The γ-in-E4M3 phase-1 runs and their branches."""
 
 
 def _interventions(src: Source) -> _Interventions:
@@ -542,8 +545,8 @@ def _interventions(src: Source) -> _Interventions:
     runs = src.runs
     if runs.empty:
         return _Interventions(NOT_RUN, runs, runs, runs)
-    quantized = dict(zip(runs["run"], runs["norm_affine"].ne("none"), strict=True))
-    runs = runs[runs["parent"].isna() | runs["parent"].map(quantized).fillna(False).astype(bool)]
+    quantized = set(runs.loc[runs["parent"].isna() & runs["norm_affine"].ne("none"), "run"])
+    runs = runs[runs["run"].isin(quantized) | runs["parent"].isin(quantized)]
     table = proxy.branch_outcomes(runs)
     if table.empty:
         return _Interventions(NOT_RUN, table, table, runs)
@@ -566,7 +569,7 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
     hot = result.hot
     doc.add(md_table(result.table), "")
     runs = result.runs  # the branches of γ-in-E4M3 parents: which have not finished yet
-    parents = set(runs.loc[runs["parent"].isna() & runs["norm_affine"].ne("none"), "label"])
+    parents = set(runs.loc[runs["parent"].isna(), "label"])
     planned = sum(label in parents for label in src.planned_branches.values())
     finished = int((runs["parent"].notna() & runs["finished"]).sum())
     unfinished = max(planned, int(runs["parent"].notna().sum())) - finished
@@ -611,7 +614,7 @@ def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None)
     """How a re-run's setting differs from ``mech``'s (width, depth, batch), with its LR and the seeds
     of ``runs`` (default: all of its runs)."""
     parts = []
-    for key, name in (("model.width", "width"), ("model.depth", "depth"), ("train.batch_size", "batch")):
+    for key, name in SETTING:
         value = src.setting(key)
         if value is not None and (mech is None or value != mech.setting(key)):
             parts.append(f"{name} {value}")
