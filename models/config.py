@@ -32,6 +32,8 @@ HEAD_DIM = 64
 LM_MLPS = ("gelu", "swiglu")
 LM_INITS = ("width", "fan_in")
 PROXY_ACTIVATIONS = ("gelu", "relu", "swiglu", "linear")
+PROXY_TEACHERS = ("residual", "released")
+"""The proxy's teachers; ``models.proxy.TEACHERS`` builds each (checked equal at import)."""
 
 
 def swiglu_hidden(width: int) -> int:
@@ -143,11 +145,15 @@ class ProxyConfig(ModelConfig):
     """Pre-block LayerNorm (affine + bias) in the student; the teacher never has one."""
     noise_std: float = 1e-3
     """σ of the Gaussian label noise (the paper's 1e-3; the released scripts used 5e-3)."""
+    teacher: str = "residual"
+    """The frozen teacher: ``residual`` (the paper's text: the student without LayerNorm) or
+    ``released`` (the authors' released script: L plain blocks d → d → d, bias-free, no residual)."""
 
     def __post_init__(self):
         _check_min("depth", self.depth, 1)
         _check_min("width", self.width, 1)
         _check_choice("activation", self.activation, PROXY_ACTIVATIONS)
+        _check_choice("teacher", self.teacher, PROXY_TEACHERS)
         if not self.noise_std >= 0:
             raise ValueError(f"model.noise_std must be >= 0, got {self.noise_std}")
 
@@ -167,7 +173,11 @@ class ProxyConfig(ModelConfig):
 
     @property
     def teacher_n_params(self) -> int:
-        """Parameter count of the (frozen) teacher: the student without LayerNorm."""
+        """Parameter count of the (frozen) teacher: the student without LayerNorm (``residual``),
+        or L bias-free d → d → d blocks (``released``; d → 2d → d for SwiGLU's gate)."""
+        if self.teacher == "released":
+            d = self.width
+            return self.depth * ((2 * d if self.activation == "swiglu" else d) * d + d * d)
         return self.depth * self._block_params(False)
 
     @property

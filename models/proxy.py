@@ -10,8 +10,15 @@ Student, for k = 0..L-1 (the paper's Eq. 1, with A_0 = x ∈ R^d):
 count matches the ratio-4 MLP (the released code's choice). ``layernorm=False`` drops the LN
 (the "no-LN" ablation). No final LN, default PyTorch (kaiming-uniform) init, as released.
 
-Teacher: the same residual architecture, never with LN, frozen (``requires_grad=False``). This is
-the paper's description; the released script differs (no residual, hidden width d, bias-free).
+Teacher, frozen (``requires_grad=False``), chosen by ``ProxyConfig.teacher``:
+
+* ``residual`` — the paper's description: the student's architecture without LN.
+* ``released`` — what the authors' released script (``student_teacher.py``, which produced the
+  canonical run) builds: L *plain* blocks ``Linear(d, d) → φ → Linear(d, d)``, bias-free, hidden
+  width d, no residual. With PyTorch's default init each Linear divides the variance by ~3, so its
+  output is tiny (std ~1e-3 at L = 4 for x ~ N(0, I)): the labels are mostly noise, and the student's
+  residual stream has to learn to *cancel* its identity path, which is a very different problem
+  for LayerNorm's γ than imitating a residual teacher.
 
 Data: x ~ N(0, I) drawn fresh each step from a seeded ``torch.Generator`` (never cycled), labels
 ``teacher(x) + noise_std · N(0, I)``.
@@ -19,10 +26,12 @@ Data: x ~ N(0, I) drawn fresh each step from a seeded ``torch.Generator`` (never
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 
-from models.config import ProxyConfig
+from models.config import PROXY_TEACHERS, ProxyConfig
 from models.lm import SwiGLU
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -59,14 +68,33 @@ class ResidualMLP(nn.Module):
         return self.blocks(x)
 
 
-def make_teacher_student(cfg: ProxyConfig, seed: int = 0) -> tuple[ResidualMLP, ResidualMLP]:
+def released_teacher(cfg: ProxyConfig) -> nn.Sequential:
+    """The released script's teacher: L × (Linear(d, d) → φ → Linear(d, d)), bias-free, no residual
+    (SwiGLU's gate doubles the first Linear's output, as in the student)."""
+    d = cfg.width
+    up = 2 * d if cfg.activation == "swiglu" else d
+    layers: list[nn.Module] = []
+    for _ in range(cfg.depth):
+        layers += [nn.Linear(d, up, bias=False), _ACTIVATIONS[cfg.activation](), nn.Linear(d, d, bias=False)]
+    return nn.Sequential(*layers)
+
+
+TEACHERS: dict[str, Callable[[ProxyConfig], nn.Module]] = {
+    "residual": lambda cfg: ResidualMLP(cfg, layernorm=False),
+    "released": released_teacher,
+}
+"""``ProxyConfig.teacher`` → the teacher's builder (drawn from the global RNG, before the student)."""
+assert set(TEACHERS) == set(PROXY_TEACHERS), "models.config.PROXY_TEACHERS and TEACHERS disagree"
+
+
+def make_teacher_student(cfg: ProxyConfig, seed: int = 0) -> tuple[nn.Module, ResidualMLP]:
     """The frozen teacher and a fresh student, both from ``seed`` (teacher drawn first), on CPU.
 
     The global RNG is untouched. The student's weights do not depend on ``cfg.layernorm`` (LN has
     no random init), so LN/no-LN students of one seed start from the same linear weights."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        teacher = ResidualMLP(cfg, layernorm=False)
+        teacher = TEACHERS[cfg.teacher](cfg)
         student = ResidualMLP(cfg, layernorm=cfg.layernorm)
     teacher.requires_grad_(False).eval()
     return teacher, student
@@ -91,4 +119,11 @@ def proxy_batch(
     return x, teacher(x) + noise_std * noise.to(device)
 
 
-__all__ = ["ResidualBlock", "ResidualMLP", "make_teacher_student", "proxy_batch"]
+__all__ = [
+    "TEACHERS",
+    "ResidualBlock",
+    "ResidualMLP",
+    "make_teacher_student",
+    "proxy_batch",
+    "released_teacher",
+]

@@ -229,6 +229,32 @@ def test_teacher_frozen_and_seeded():
     assert torch.equal(s_noln.blocks[1].fc2.weight, s1.blocks[1].fc2.weight)
 
 
+@pytest.mark.parametrize("activation", ["gelu", "swiglu"])
+def test_released_teacher_is_plain_bias_free_and_tiny(activation):
+    """model.teacher=released: the authors' script's teacher (L × Linear(d, d) → φ → Linear(d, d), no
+    bias, no residual), frozen and seeded like the residual one; default init shrinks its output."""
+    cfg = ProxyConfig(depth=4, width=64, activation=activation, teacher="released")
+    teacher, student = make_teacher_student(cfg, seed=3)
+    assert (
+        _numel(teacher) == cfg.teacher_n_params == 4 * ((2 if activation == "swiglu" else 1) * 64 + 64) * 64
+    )
+    linears = [m for m in teacher.modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 8 and all(m.bias is None for m in linears)
+    assert not any(p.requires_grad for p in teacher.parameters()) and not teacher.training
+    assert _numel(student) == cfg.n_params  # the student is the same as with the residual teacher
+    x = torch.randn(2048, 64, generator=torch.Generator().manual_seed(0))
+    # No residual path: the output is far below the input's unit scale (the residual teacher's ~1).
+    assert (
+        teacher(x).std().item()
+        < 0.05
+        < make_teacher_student(ProxyConfig(depth=4, width=64), 3)[0](x).std().item()
+    )
+    again, _ = make_teacher_student(cfg, seed=3)
+    assert torch.equal(teacher(x), again(x))
+    with pytest.raises(ValueError, match="model.teacher='plain' is unknown; use one of: residual, released"):
+        ProxyConfig(teacher="plain")
+
+
 def test_proxy_batch_is_seeded_and_noisy():
     cfg = ProxyConfig(depth=2, width=32, noise_std=0.1)
     teacher, _ = make_teacher_student(cfg)

@@ -88,6 +88,7 @@ TINY = {
         "sweep.branch_step=2",
     ],  # fmt: skip
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
+    "proxy_released_search": [*TINY_PROXY, "model.width=16"],
     "block_size_study": [
         "study.weights=false",
         "study.sigmas=[0.005,0.05]",
@@ -104,7 +105,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
     "proxy_mechanism": (16, 0),  # branches are planned from the parents' records (sweep.branch_at)
-    "proxy_canonical": (2, 0),
+    "proxy_canonical": (3, 0),
     "proxy_late_search": (2, 0),  # × the norm-LR multipliers of hydra.sweeper.params
     "proxy_late_drift": (4, 0),
     "proxy_late_lr": (4, 0),
@@ -115,6 +116,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
+    "proxy_released_search": (4, 0),  # × the 4 LRs of hydra.sweeper.params
 }
 
 
@@ -156,6 +158,7 @@ VARIANTS = {
     "proxy_mechanism_d128": "proxy_mechanism",
     "proxy_mechanism_d128_early": "proxy_mechanism_d128",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
+    "proxy_released_search": "proxy_mechanism",
 }
 """Presets that only change values of a base preset (their defaults): they compose and expand below and
 ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""
