@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,14 +198,32 @@ LATE_SEARCH = (
 """The late-divergence search's presets (conf/experiment/), in the order they were run."""
 
 
-SETTING = (("model.width", "width"), ("model.depth", "depth"), ("train.batch_size", "batch"))
-"""The shape keys that tell one proxy setting from another (with ``train.lr``), and their names."""
+SETTING = (
+    ("model.width", "width"),
+    ("model.depth", "depth"),
+    ("train.batch_size", "batch"),
+    ("model.teacher", "teacher"),
+    ("model.noise_std", "label noise"),
+)
+"""The keys that tell one proxy setting from another (with ``train.lr``), and their names."""
 
-EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds", "proxy_mechanism_d128")
-"""proxy_mechanism's comparison again (conf/experiment/): at another learning rate or width, or on
-fresh seeds; reported beside 1.1 and in the search log."""
+EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds", "proxy_mechanism_d128", "proxy_released")
+"""proxy_mechanism's comparison again (conf/experiment/): at another learning rate, width or teacher,
+or on fresh seeds; reported beside 1.1 and in the search log."""
 
-RERUN_BRANCHES = ("proxy_mechanism_d128", "proxy_mechanism_d128_early", "proxy_mechanism_d128_step20")
+PILOT = {"proxy_released": "proxy_released_search"}
+"""A re-run of EDGE → the pilot sweep (of SEARCH) whose runs chose its setting: on seeds the pilot did
+not use, the re-run is a pre-registered test of that setting."""
+
+SEARCH = ("proxy_released_search",)
+"""Pilot sweeps over several settings at once (conf/experiment/): reported in the search log only."""
+
+RERUN_BRANCHES = (
+    "proxy_mechanism_d128",
+    "proxy_mechanism_d128_early",
+    "proxy_mechanism_d128_step20",
+    "proxy_released",
+)
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
 
 
@@ -252,10 +270,13 @@ def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
     return _Verdict(verdict, sentence, fisher, k, n)
 
 
-def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> None:
+def _edge_block(
+    doc: _Doc, edges: list[Source], mech: Source | None = None, pilots: Mapping[str, Source] | None = None
+) -> None:
     """1.1's comparison re-run (another learning rate, or fresh seeds): the rule's outcome on each (not
     the verdict, which stays with the preset the issue names); fresh seeds at ``mech``'s learning rate
-    are also pooled with its phase 1."""
+    are also pooled with its phase 1. ``pilots``: a re-run's name → the pilot sweep that chose its
+    setting (``PILOT``), which says whether the re-run is a pre-registered test."""
     for src in edges:
         runs = src.runs
         if runs.empty or runs["parent"].isna().sum() == 0:
@@ -273,8 +294,7 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
         why = (
             "Fresh seeds at the same setting: a replication of the rates above."
             if same_setting
-            else "Its setting was chosen after the run above, to test whether another setting keeps γ's "
-            "blow-ups and loses fp32's, so this is a search result, not a pre-registered test."
+            else _provenance(runs, (pilots or {}).get(src.name))
         )
         doc.add(
             f"**The same comparison at {_setting(src, mech, runs)}** (`{src.command}`, records "
@@ -289,6 +309,14 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
         paired = _paired_ratio(runs)
         if paired:
             doc.add(paired, "")
+        if not same_setting and not src.cur.empty:  # another setting: its own MX-vs-twin view
+            from analysis import plots
+
+            doc.figure(
+                plots.proxy_mechanism(src.cur, runs),
+                f"proxy_mechanism_{src.name}.png",
+                f"MX vs fp32 twin ({src.name})",
+            )
         if same_setting:
             first = mech.runs[mech.runs["parent"].isna()]
             pooled = _mechanism_verdict(pd.concat([first, runs[runs["parent"].isna()]]))
@@ -298,6 +326,34 @@ def _edge_block(doc: _Doc, edges: list[Source], mech: Source | None = None) -> N
                 f"{pooled.fisher}",
                 "",
             )
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    """Seeds as a range where they are consecutive, else each."""
+    seeds = sorted(seeds)
+    if not seeds:
+        return ""
+    return (
+        f"{seeds[0]}–{seeds[-1]}"
+        if seeds == list(range(seeds[0], seeds[-1] + 1))
+        else ", ".join(map(str, seeds))
+    )
+
+
+def _provenance(runs: pd.DataFrame, pilot: Source | None) -> str:
+    """Where a re-run's setting came from: the pilot sweep that chose it, and whether the re-run's seeds
+    are fresh (none of the pilot's), which makes it a pre-registered test; else a search result."""
+    if pilot is None or not pilot.ran or pilot.runs.empty:
+        return (
+            "Its setting was chosen after the run above, to test whether another setting keeps γ's "
+            "blow-ups and loses fp32's, so this is a search result, not a pre-registered test."
+        )
+    used = {int(x) for x in pilot.runs["seed"].dropna()}
+    here = {int(x) for x in runs["seed"].dropna()}
+    chosen = f"Its setting was chosen on `{pilot.name}`'s seeds {_seed_list(used)} (in the search log)"
+    if used & here:
+        return f"{chosen}, and shares seeds with it, so this is a search result, not a pre-registered test."
+    return f"{chosen}; these seeds are fresh, so this is a pre-registered test of that setting."
 
 
 def _paired_ratio(runs: pd.DataFrame) -> str:
@@ -328,6 +384,7 @@ def proxy_claims(
     canonical: Source,
     edges: list[Source],
     reruns: Sequence[Source] = (),
+    pilots: Mapping[str, Source] | None = None,
 ) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
@@ -362,7 +419,7 @@ def proxy_claims(
             from analysis import plots
 
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
-        _edge_block(doc, edges, mech)
+        _edge_block(doc, edges, mech, pilots)
 
     # 1.2 -------------------------------------------------------------------------------------------
     rule = (
@@ -620,11 +677,9 @@ def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None)
             parts.append(f"{name} {value}")
     parts.append(f"lr {src.setting('train.lr'):g}")
     runs = src.runs if runs is None else runs
-    seeds = sorted(int(x) for x in runs["seed"].dropna().unique()) if not runs.empty else []
-    if seeds:  # a range where they are consecutive, else each
-        consecutive = seeds == list(range(seeds[0], seeds[-1] + 1))
-        listed = f"{seeds[0]}–{seeds[-1]}" if consecutive else ", ".join(map(str, seeds))
-        parts.append(f"seeds {listed}")
+    seeds = {int(x) for x in runs["seed"].dropna()} if not runs.empty else set()
+    if seeds:
+        parts.append(f"seeds {_seed_list(list(seeds))}")
     return ", ".join(parts)
 
 
@@ -685,13 +740,18 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
         "model.width",
         "model.depth",
         "train.batch_size",
+        "model.teacher",
         "train.lr",
         "train.norm_lr_mult",
         "train.steps",
     ]
+    # Records from before a field existed ran its default: γ's LR multiplier 1, the residual teacher.
+    defaults = {"train.norm_lr_mult": 1.0, "model.teacher": "residual"}
     for k in keys:
         if k not in parents:
-            parents[k] = 1.0 if k == "train.norm_lr_mult" else np.nan
+            parents[k] = defaults.get(k, np.nan)
+        elif k in defaults:
+            parents[k] = parents[k].fillna(defaults[k])
     parents["onset_step"] = (
         [
             proxy.onset(src.cur[src.cur["run"] == r["run"]], r.get("spike_step")) if r["blew_up"] else np.nan
@@ -701,7 +761,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
         else np.nan
     )
     for key, g in parents.groupby(["label", *keys], dropna=False, sort=False):
-        label, width, depth, batch, lr, mult, steps = key
+        label, width, depth, batch, teacher, lr, mult, steps = key
         onsets = pd.to_numeric(g["onset_step"], errors="coerce").dropna()
         twins = g["twin_stable"].dropna().astype(bool)
         rows.append(
@@ -709,6 +769,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
                 "sweep": src.name,
                 "precision": label,
                 "d × L, batch": f"{width:.0f} × {depth:.0f}, {batch:.0f}",
+                "teacher": teacher,
                 "lr (norm ×)": f"{lr:g} (×{mult:g})",
                 "steps": int(steps),
                 "seeds": int(g["seed"].nunique()),
@@ -999,8 +1060,9 @@ def write_results(
     lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
              for n in LATE_SEARCH]  # fmt: skip
     loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
-              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES))}  # fmt: skip
+              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH))}  # fmt: skip
     edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
+    searches = [loaded[n] for n in SEARCH]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
                       sweeps / "proxy_canonical", archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
@@ -1025,12 +1087,13 @@ def write_results(
         "## Study 1: training instabilities in MX formats (Su et al.)",
         "",
     )
-    proxy_claims(doc, mech, lates, canonical, edges, reruns)
+    pilots = {name: loaded[pilot] for name, pilot in PILOT.items()}
+    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots)
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
-    search_log(doc, [mech, *edges, *lates, canonical])
+    search_log(doc, [mech, *edges, *searches, *lates, canonical])
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out
 

@@ -349,3 +349,59 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     text = "\n".join(doc.lines)
     assert "even switching everything to fp32 (`no_mx`) avoided the blow-up in only 0 of 2 branches" in text
     assert "First spike of each parent → of its fp32 branch: 400 → 410, 300 → 310." in text
+
+
+def test_the_search_log_tells_teachers_apart(tmp_path):
+    """A row per setting, the teacher included: a record from before ``model.teacher`` existed ran the
+    residual teacher, and a released-teacher run at the same shape and LR is another row."""
+    from analysis.results import Source, _source_search_rows
+
+    shape = {"model.width": 16, "model.depth": 2, "train.batch_size": 8, "train.lr": 1e-3, "train.steps": 10}
+    rows = [
+        _run("old_s0", "mx_ln", 0, final=0.03, twin=0.03, **shape),
+        _run("new_s0", "mx_ln", 0, final=0.09, twin=0.03, **shape, **{"model.teacher": "released"}),
+        _run("new_s1", "mx_ln", 1, final=0.03, twin=0.03, **shape, **{"model.teacher": "released"}),
+    ]
+    rows[0].pop("model.teacher", None)
+    src = Source("proxy_released_search", "python launch.py -m experiment=proxy_released_search", tmp_path)
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
+    got = {r["teacher"]: (r["seeds"], r["blew up"]) for r in _source_search_rows(src)}
+    assert got == {"residual": (1, 0), "released": (2, 1)}
+
+
+def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
+    """A re-run whose setting a pilot sweep chose (results.PILOT) says so, names the setting (teacher
+    included), and is a pre-registered test only when none of its seeds were in the pilot."""
+    from analysis.results import Source, _Doc, _edge_block
+
+    def source(name, rows, lr, teacher=None):
+        (tmp_path / name).mkdir()
+        model = f"model:\n  teacher: {teacher}\n" if teacher else ""
+        (tmp_path / name / "multirun.yaml").write_text(f"train:\n  lr: {lr}\n{model}")
+        src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
+        src.df = pd.DataFrame(rows)
+        src.__dict__["runs"] = proxy.proxy_runs(src.df)
+        return src
+
+    def pair(seed):
+        return [
+            _run(f"ln_s{seed}", "mx_ln", seed, final=0.09, twin=0.03),
+            _run(f"none_s{seed}", "mx_none", seed, final=0.03, twin=0.03, norm_affine="none"),
+        ]
+
+    mech = source("proxy_mechanism", pair(0), 0.004)
+    pilot = source("proxy_released_search", pair(0) + pair(1), 0.008, "released")
+    fresh = source("proxy_released", pair(2) + pair(3), 0.008, "released")
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [fresh], mech, {"proxy_released": pilot})
+    text = "\n".join(doc.lines)
+    assert "**The same comparison at teacher released, lr 0.008, seeds 2–3**" in text
+    assert "chosen on `proxy_released_search`'s seeds 0–1 (in the search log); these seeds are fresh" in text
+    assert "pre-registered test of that setting" in text and "search result" not in text
+
+    reused = source("proxy_released_again", pair(1) + pair(2), 0.008, "released")
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [reused], mech, {"proxy_released_again": pilot})
+    assert "and shares seeds with it, so this is a search result, not a pre-registered test" in "\n".join(
+        doc.lines
+    )
