@@ -194,6 +194,7 @@ LATE_SEARCH = (
     "proxy_late_lr",
     "proxy_late_norm10",
     "proxy_late_wide",
+    "proxy_released_late",
 )
 """The late-divergence search's presets (conf/experiment/), in the order they were run."""
 
@@ -697,15 +698,22 @@ def _late_findings(src: Source, baseline: dict[int, Any]) -> list[str]:
     status = parents["status"] if "status" in parents else pd.Series("done", index=parents.index)
     finished = status.isin(FINISHED)
     for row in src.search_rows:
-        setting = f"`{src.name}` ({row['d × L, batch']}, lr {row['lr (norm ×)']}, {row['steps']} steps)"
+        # Another teacher is another task: proxy_mechanism's onsets are no baseline for its seeds.
+        own_task = row["teacher"] == "residual"
+        teacher = "" if own_task else f", {row['teacher']} teacher"
+        setting = (
+            f"`{src.name}` ({row['d × L, batch']}{teacher}, lr {row['lr (norm ×)']}, {row['steps']} steps)"
+        )
         per_seed = []
         for _, r in parents[finished].sort_values("seed").iterrows():
             curve = src.cur[src.cur["run"] == r["run"]] if not src.cur.empty else src.cur
             here = proxy.onset(curve, r.get("spike_step")) if r["blew_up"] else None
+            now = "none" if here is None or here != here else f"{here:.0f}"
             was = hot.get(int(r["seed"]))
             per_seed.append(
-                f"seed {int(r['seed'])} {'–' if was is None else f'{was:.0f}'} → "
-                f"{'none' if here is None or here != here else f'{here:.0f}'}"
+                f"seed {int(r['seed'])} {'–' if was is None else f'{was:.0f}'} → {now}"
+                if own_task
+                else f"seed {int(r['seed'])} {now}"
             )
         twin_bad = [int(s) for s in parents.loc[parents["twin_stable"].eq(0.0), "seed"]]
         twin = (
@@ -716,8 +724,9 @@ def _late_findings(src: Source, baseline: dict[int, Any]) -> list[str]:
         )
         left = int((~finished).sum())
         pending = f" {left} run(s) not finished yet, not counted." if left else ""
+        onsets = "blow-up onset at proxy_mechanism's setting → here" if own_task else "blow-up onset"
         out.append(
-            f"{setting}: blow-up onset at proxy_mechanism's setting → here, per seed: "
+            f"{setting}: {onsets}, per seed: "
             f"{'; '.join(per_seed) or '–'} ({row['late blow-ups']} after half of the run). Median final / "
             f"fp32 twin {row['final / twin (median)']:.2f}; γ's clip fraction (run median) "
             f"{row['γ clamped (run median)']:.2f}.{twin}{pending}"

@@ -90,6 +90,7 @@ TINY = {
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "proxy_released_search": [*TINY_PROXY, "model.width=16"],
     "proxy_released": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_released_late": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "block_size_study": [
         "study.weights=false",
         "study.sigmas=[0.005,0.05]",
@@ -119,6 +120,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_released_search": (4, 0),  # × the 4 LRs of hydra.sweeper.params
     "proxy_released": (20, 0),  # branches are planned from the parents' records
+    "proxy_released_late": (2, 0),
 }
 
 
@@ -162,6 +164,7 @@ VARIANTS = {
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_released_search": "proxy_mechanism",
     "proxy_released": "proxy_mechanism_d128",
+    "proxy_released_late": "proxy_late_search",
 }
 """Presets that only change values of a base preset (their defaults): they compose and expand below and
 ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""

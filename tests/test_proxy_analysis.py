@@ -405,3 +405,32 @@ def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
     assert "and shares seeds with it, so this is a search result, not a pre-registered test" in "\n".join(
         doc.lines
     )
+
+
+def test_a_late_search_on_another_teacher_has_no_baseline_onsets(tmp_path):
+    """The late search compares each seed's onset with proxy_mechanism's (residual teacher); a sweep on
+    the released teacher is another task, so its line names the teacher and gives its own onsets only."""
+    from analysis.results import Source, _late_findings
+
+    shape = {"model.width": 16, "model.depth": 2, "train.batch_size": 8, "train.lr": 1e-3, "train.steps": 10}
+    rows = [
+        _run("a_s0", "mx_ln", 0, final=0.03, twin=0.03, **shape, **{"model.teacher": "released"}),
+        _run("a_s1", "mx_ln", 1, final=0.09, twin=0.03, spike=7, **shape, **{"model.teacher": "released"}),
+    ]
+    src = Source("proxy_released_late", "python launch.py -m experiment=proxy_released_late", tmp_path)
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
+    steps = range(1, 11)
+    src.cur = pd.DataFrame(
+        [{"run": "a_s0", "step": t, "loss": 0.03} for t in steps]
+        + [{"run": "a_s1", "step": t, "loss": 0.03 if t < 7 else 0.5} for t in steps]
+    )
+    (line,) = _late_findings(src, baseline={0: 300, 1: 350})
+    assert line.startswith("`proxy_released_late` (16 × 2, 8, released teacher, lr 0.001 (×1), 10 steps): ")
+    assert "blow-up onset, per seed: seed 0 none; seed 1 7 (1 after half of the run)" in line
+    assert "300" not in line and "proxy_mechanism" not in line
+    for r in rows:  # the residual teacher: proxy_mechanism's onsets are the baseline
+        r["model.teacher"] = "residual"
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
+    src.__dict__.pop("search_rows", None)
+    (line,) = _late_findings(src, baseline={0: 300, 1: 350})
+    assert "at proxy_mechanism's setting → here, per seed: seed 0 300 → none; seed 1 350 → 7" in line
