@@ -118,7 +118,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
-    "proxy_released_search": (4, 0),  # × the 4 LRs of hydra.sweeper.params
+    "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
     "proxy_released": (20, 0),  # branches are planned from the parents' records
     "proxy_released_late": (2, 0),
 }

@@ -434,3 +434,35 @@ def test_a_late_search_on_another_teacher_has_no_baseline_onsets(tmp_path):
     src.__dict__.pop("search_rows", None)
     (line,) = _late_findings(src, baseline={0: 300, 1: 350})
     assert "at proxy_mechanism's setting → here, per seed: seed 0 300 → none; seed 1 350 → 7" in line
+
+
+def test_late_blowups_name_gamma_the_twin_and_the_control(tmp_path):
+    """1.4 counts a late blow-up only with γ in E4M3 and a stable fp32 twin; each row says so, and how
+    the same seed fared with γ unquantized (the control)."""
+    from analysis.results import Source, _late_blowups
+
+    steps = {"train.steps": 10}
+    rows = [
+        _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03, spike=8, **steps),  # late, twin stable
+        _run("ln_s1", "mx_ln", 1, final=0.09, twin=0.03, spike=8, twin_diverged=9, **steps),  # twin not
+        _run("ln_s2", "mx_ln", 2, final=0.09, twin=0.03, spike=3, **steps),  # early
+        _run("none_s0", "mx_none", 0, final=0.031, twin=0.03, norm_affine="none", **steps),
+        _run("none_s1", "mx_none", 1, final=0.09, twin=0.03, norm_affine="none", spike=8, **steps),
+    ]
+    src = Source("proxy_released", "python launch.py -m experiment=proxy_released", tmp_path)
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
+    jump = {"ln_s0": 8, "ln_s1": 8, "ln_s2": 3, "none_s1": 8}
+    src.cur = pd.DataFrame(
+        [
+            {"run": r["run"], "step": t, "loss": 0.5 if t >= jump.get(r["run"], 99) else 0.03}
+            for r in rows
+            for t in range(1, 11)
+        ]
+    )
+    got = {(r["label"], r["seed"]): r for r in _late_blowups(src)}
+    assert set(got) == {("mx_ln", 0), ("mx_ln", 1), ("mx_none", 1)}  # seed 2's onset is before half
+    assert got["mx_ln", 0]["onset"] == 8 and got["mx_ln", 0]["sweep"] == "proxy_released"
+    assert [got[k]["γ in E4M3"] for k in sorted(got)] == [True, True, False]
+    assert [got[k]["twin stable"] for k in sorted(got)] == [True, False, True]
+    assert got["mx_ln", 0]["γ unquantized (same seed)"] == "stable"
+    assert got["mx_ln", 1]["γ unquantized (same seed)"] == "blew up"
