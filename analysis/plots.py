@@ -8,6 +8,7 @@ by tokens per parameter (log colour scale); grad norms are clipped at 20.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,14 @@ from matplotlib.ticker import ScalarFormatter
 from analysis.fits import ChinchillaFit
 from analysis.instability import sci, si
 from analysis.isoflop import Frontier
+
+
+def _suptitle(fig: Figure, text: str, fontsize: float = 12) -> None:
+    """The figure's title, wrapped to the figure's width so that no title is clipped (a one-column
+    figure is ~4 inches wide; DejaVu Sans averages ~0.6 em a character)."""
+    per_line = max(20, int(0.92 * fig.get_figwidth() * 72 / (0.6 * fontsize)))
+    fig.suptitle(textwrap.fill(text, per_line), fontsize=fontsize)
+
 
 PANEL = (3.6, 2.9)
 GRAD_NORM_CLIP = 20.0
@@ -101,7 +110,7 @@ def run_curves(
     if groups and color in d:
         fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label=color.replace("_", " "))
     if title:
-        fig.suptitle(title)
+        _suptitle(fig, title)
     return fig
 
 
@@ -202,7 +211,7 @@ def heatmap_grid(
     _hide_unused(axes, len(panels))
     if im is not None:
         fig.colorbar(im, ax=axes, label="fraction")
-    fig.suptitle(title)
+    _suptitle(fig, title)
     return fig
 
 
@@ -246,9 +255,10 @@ def isoflop_curves(
     if not groups:
         axes.flat[0].text(0.5, 0.5, "no budget has runs at >= 3 sizes", ha="center", va="center")
     _hide_unused(axes, max(1, len(groups)))
-    fig.suptitle(
+    _suptitle(
+        fig,
         "IsoFLOP curves: parabola in log N per budget (★ minimum, hollow: outside the sizes run; "
-        "× unstable run, not fitted)"
+        "× unstable run, not fitted)",
     )
     return fig
 
@@ -285,7 +295,7 @@ def frontier(minima: pd.DataFrame, frontiers: Mapping[str, Frontier], *, by: str
             va="center",
             transform=ax_l.transAxes,
         )
-    fig.suptitle("Compute frontier per precision")
+    _suptitle(fig, "Compute frontier per precision")
     return fig
 
 
@@ -344,7 +354,7 @@ def fit_vs_data(
     if not labels:
         axes.flat[0].text(0.5, 0.5, "no precision had enough runs to fit", ha="center", va="center")
     _hide_unused(axes, max(1, len(labels)))
-    fig.suptitle("Fitted L(N, D) = E + A/N^α + B/D^β against the runs")
+    _suptitle(fig, "Fitted L(N, D) = E + A/N^α + B/D^β against the runs")
     return fig
 
 
@@ -383,7 +393,7 @@ def diverged_fit_comparison(
         ax.legend(fontsize=6, title="solid: stable fit, dashed: with ×", title_fontsize=6)
         ax.grid(alpha=0.3, which="both")
     _hide_unused(axes, max(1, len(labels)))
-    fig.suptitle("How diverged / unrecovered runs (×) distort the fit")
+    _suptitle(fig, "How diverged / unrecovered runs (×) distort the fit")
     return fig
 
 
@@ -511,7 +521,7 @@ def blocksize_curves(grid: pd.DataFrame, *, elem: str = "fp4_e2m1") -> Figure:
     if has_w:
         handles.append(Line2D([], [], color="k", marker="x", ls="--", lw=0.7, label="MiniLM rescaled to σ"))
     _blocksize_legend(fig, handles, ncols=6)
-    fig.suptitle(f"{elem}: relative quantization MSE against block size, per scale format", fontsize=11)
+    _suptitle(fig, f"{elem}: relative quantization MSE against block size, per scale format", fontsize=11)
     return fig
 
 
@@ -592,8 +602,8 @@ def blocksize_sigma(
     if marked:
         handles.append(Line2D([], [], color="k", ls=":", lw=1.2, label=f"{pair[0]} vs {pair[1]} crossover"))
     _blocksize_legend(fig, handles, ncols=5)
-    fig.suptitle(
-        f"{elem}: relative MSE against σ (curves leave the top where blocks round to 0)", fontsize=11
+    _suptitle(
+        fig, f"{elem}: relative MSE against σ (curves leave the top where blocks round to 0)", fontsize=11
     )
     return fig
 
@@ -625,7 +635,7 @@ def blocksize_layers(layers: pd.DataFrame) -> Figure:
     _hide_unused(axes, max(1, len(scales)))
     handles = [Line2D([], [], color=kcol[k], lw=1.5, label=k) for k in kinds if k in seen]
     _blocksize_legend(fig, handles, ncols=7)
-    fig.suptitle("all-MiniLM-L6-v2 layers at their own σ: relative error against block size", fontsize=11)
+    _suptitle(fig, "all-MiniLM-L6-v2 layers at their own σ: relative error against block size", fontsize=11)
     return fig
 
 
@@ -682,7 +692,7 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     handles, labels = axes[0, 0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(8, len(handles)), fontsize=9)
-    fig.suptitle("Proxy: MX with LayerNorm γ quantized against its fp32 twin (× : blew up)", fontsize=11)
+    _suptitle(fig, "Proxy: MX with LayerNorm γ quantized against its fp32 twin (× : blew up)", fontsize=11)
     return fig
 
 
@@ -721,7 +731,7 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
             ax.axvline(k, color="grey", lw=0.6, ls="--")
             f = here["branch_at"].iloc[0] if "branch_at" in here else np.nan
             at = f"step {k:.0f} ({f:g}× spike)" if pd.notna(f) else f"step {k:.0f}"
-            ax.set_title(f"{p['label']} seed {p['seed']:.0f}, branch at {at}", fontsize=8.5)
+            ax.set_title(f"{p['label']} seed {p['seed']:.0f}, branch at {at}", fontsize=9)
             ax.set_yscale("log")
             ax.grid(alpha=0.3)
             if row == nrows - 1:
@@ -737,7 +747,7 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
     if handles:
         fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(4, len(handles)),
                    fontsize=9)  # fmt: skip
-    fig.suptitle("Interventions branched from each parent before its spike", fontsize=11)
+    _suptitle(fig, "Interventions branched from each parent before its spike", fontsize=11)
     return fig
 
 

@@ -466,3 +466,24 @@ def test_late_blowups_name_gamma_the_twin_and_the_control(tmp_path):
     assert [got[k]["twin stable"] for k in sorted(got)] == [True, False, True]
     assert got["mx_ln", 0]["γ unquantized (same seed)"] == "stable"
     assert got["mx_ln", 1]["γ unquantized (same seed)"] == "blew up"
+
+
+def test_one_column_proxy_figures_keep_their_titles_inside():
+    """A sweep with one phase-1 variant (a late search) or one branch point (a fixed branch step) draws
+    a one-column figure: its title wraps instead of running off both edges, and nothing is under 9 pt."""
+    from test_lmstudy import assert_readable
+
+    from analysis import plots
+
+    rows = [
+        _run("ln_s0", "mx_ln_e4m3", 0, final=0.09, twin=0.03, spike=6),
+        _run("b_s0", "mx_ln_e4m3→no_mx@4", 0, final=0.03, parent="ln_s0", branch_step=4),
+    ]
+    runs = proxy.proxy_runs(pd.DataFrame(rows))
+    cur = pd.DataFrame(
+        [{"run": r, "step": t, "loss": 0.03 + 0.1 * (t > 6), "twin_loss": 0.03, "twin_cos": 0.9,
+          "clip_ln/blocks.0.norm": 1.0} for r in ("ln_s0", "b_s0") for t in range(1, 11)]
+    )  # fmt: skip
+    for fig in (plots.proxy_mechanism(cur, runs), plots.proxy_branches(cur, runs)):
+        assert len({ax.get_subplotspec().colspan.start for ax in fig.axes if ax.get_visible()}) == 1
+        assert_readable(fig)
