@@ -659,7 +659,7 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(4.6 * max(1, len(variants)), 8.4), layout="constrained")
     axes = np.atleast_2d(fig.subplots(3, max(1, len(variants)), squeeze=False, sharex=True))
     for j, label in enumerate(variants):
-        for _, r in parents[parents["label"] == label].iterrows():
+        for _, r in parents[parents["label"] == label].sort_values("seed").iterrows():  # legend in seed order
             c = curves[curves["run"] == r["run"]].sort_values("step")
             if c.empty:
                 continue
