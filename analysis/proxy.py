@@ -169,6 +169,12 @@ def _probe_at(probe: pd.DataFrame, run: str | None, before: float | None = None)
     return float(r["step"]), float(r["probe_cos"])
 
 
+def control_run(runs: pd.DataFrame, seed: Any) -> pd.Series | None:
+    """The control of a seed: its phase-1 run with γ/β unquantized (same init and batches), or None."""
+    ctrl = runs[runs["parent"].isna() & runs["norm_affine"].eq("none") & runs["seed"].eq(seed)]
+    return ctrl.iloc[0] if not ctrl.empty else None
+
+
 def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
     """One row per blown-up phase-1 run: its onset, the clip fraction and twin cosine before the onset
     and the cosine early in the run (see the module docstring)."""
@@ -196,10 +202,10 @@ def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
             "cos_before": float(cos[before.index].median()) if "twin_cos" in c else np.nan,
         }
         if not probe.empty and (probe["run"] == r["run"]).any():
-            control = parents[(parents["seed"] == r["seed"]) & parents["norm_affine"].eq("none")]
+            control = control_run(parents, r["seed"])
             _, row["probe_cos_early"] = _probe_at(probe, r["run"])
             row["probe_step"], row["probe_cos_before"] = _probe_at(probe, r["run"], before=t)
-            ctrl = control["run"].iloc[0] if not control.empty else None
+            ctrl = control["run"] if control is not None else None
             _, row["probe_cos_control"] = _probe_at(probe, ctrl, before=row["probe_step"] + 1)
         out.append(row)
     return pd.DataFrame(out)
@@ -301,6 +307,7 @@ __all__ = [
     "ONSET",
     "WINDOW",
     "branch_outcomes",
+    "control_run",
     "cosine_by_seed",
     "mechanism",
     "onset",

@@ -216,6 +216,10 @@ PILOT = {"proxy_released": "proxy_released_search"}
 """A re-run of EDGE → the pilot sweep (of SEARCH) whose runs chose its setting: on seeds the pilot did
 not use, the re-run is a pre-registered test of that setting."""
 
+RECORD_DEFAULTS = {"train.norm_lr_mult": 1.0, "model.teacher": "residual"}
+"""Fields that records from before the field existed lack, and the value those runs ran with (the
+residual teacher is also proxy_mechanism's, the baseline of the late search)."""
+
 SEARCH = ("proxy_released_search",)
 """Pilot sweeps over several settings at once (conf/experiment/): reported in the search log only."""
 
@@ -321,9 +325,9 @@ def _edge_block(
         if same_setting:
             first = mech.runs[mech.runs["parent"].isna()]
             pooled = _mechanism_verdict(pd.concat([first, runs[runs["parent"].isna()]]))
-            a, b = int(first["seed"].min()), int(first["seed"].max())
+            seeds = _seed_list([int(x) for x in first["seed"].dropna().unique()])
             doc.add(
-                f"Pooled with `{mech.name}`'s seeds {a}–{b} ({pooled.n} seeds): {pooled.sentence} "
+                f"Pooled with `{mech.name}`'s seeds {seeds} ({pooled.n} seeds): {pooled.sentence} "
                 f"{pooled.fisher}",
                 "",
             )
@@ -522,8 +526,8 @@ def proxy_claims(
         "blow-up; every configuration tried is in the search log below."
     )
     ran = [s for s in lates if s.ran]
-    # Every sweep of the search can hold a late blow-up, the re-runs of 1.1 included (once each).
-    searched = list({id(s): s for s in (mech, *edges, *ran, canonical) if s.ran}.values())
+    # Every sweep of the search can hold a late blow-up, the re-runs of 1.1 included.
+    searched = [s for s in (mech, *edges, *ran, canonical) if s.ran]
     rows = _search_rows(searched)
     late_rows = [row for src in searched for row in _late_blowups(src)]
     late_hits = [r for r in late_rows if r["γ in E4M3"] and r["twin stable"]]
@@ -704,14 +708,11 @@ def _late_blowups(src: Source) -> list[dict[str, Any]]:
 
 
 def _control_outcome(runs: pd.DataFrame, seed: float) -> str:
-    """The outcome of the same seed's phase-1 run with γ/β unquantized in the same sweep (same init and
-    batches): "blew up", "stable", "unstable" (spiked, not recovered), or "–" where there is none."""
-    ctrl = runs[
-        runs["parent"].isna() & runs["norm_affine"].eq("none") & runs["seed"].eq(seed) & runs["finished"]
-    ]
-    if ctrl.empty:
+    """The outcome of the seed's control (``proxy.control_run``): "blew up", "stable", "unstable"
+    (spiked, not recovered), or "–" where there is none or it has not finished."""
+    c = proxy.control_run(runs, seed)
+    if c is None or not c["finished"]:
         return "–"
-    c = ctrl.iloc[0]
     return "blew up" if c["blew_up"] else "stable" if c["stable"] else "unstable"
 
 
@@ -730,7 +731,7 @@ def _late_findings(src: Source, baseline: dict[int, Any]) -> list[str]:
     finished = status.isin(FINISHED)
     for row in src.search_rows:
         # Another teacher is another task: proxy_mechanism's onsets are no baseline for its seeds.
-        own_task = row["teacher"] == "residual"
+        own_task = row["teacher"] == RECORD_DEFAULTS["model.teacher"]
         teacher = "" if own_task else f", {row['teacher']} teacher"
         setting = (
             f"`{src.name}` ({row['d × L, batch']}{teacher}, lr {row['lr (norm ×)']}, {row['steps']} steps)"
@@ -785,13 +786,11 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
         "train.norm_lr_mult",
         "train.steps",
     ]
-    # Records from before a field existed ran its default: γ's LR multiplier 1, the residual teacher.
-    defaults = {"train.norm_lr_mult": 1.0, "model.teacher": "residual"}
     for k in keys:
         if k not in parents:
-            parents[k] = defaults.get(k, np.nan)
-        elif k in defaults:
-            parents[k] = parents[k].fillna(defaults[k])
+            parents[k] = RECORD_DEFAULTS.get(k, np.nan)
+        elif k in RECORD_DEFAULTS:
+            parents[k] = parents[k].fillna(RECORD_DEFAULTS[k])
     parents["onset_step"] = (
         [
             proxy.onset(src.cur[src.cur["run"] == r["run"]], r.get("spike_step")) if r["blew_up"] else np.nan
