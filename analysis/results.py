@@ -208,7 +208,13 @@ SETTING = (
 )
 """The keys that tell one proxy setting from another (with ``train.lr``), and their names."""
 
-EDGE = ("proxy_mechanism_lr3", "proxy_mechanism_seeds", "proxy_mechanism_d128", "proxy_released")
+EDGE = (
+    "proxy_mechanism_lr3",
+    "proxy_mechanism_lr5",
+    "proxy_mechanism_seeds",
+    "proxy_mechanism_d128",
+    "proxy_released",
+)
 """proxy_mechanism's comparison again (conf/experiment/): at another learning rate, width or teacher,
 or on fresh seeds; reported beside 1.1 and in the search log."""
 
@@ -345,6 +351,29 @@ def _seed_list(seeds: Sequence[int]) -> str:
     )
 
 
+def _lr_scan(doc: _Doc, mech: Source, edges: list[Source]) -> None:
+    """1.1's comparison over every learning rate run at ``mech``'s setting (its width, depth, batch,
+    teacher and label noise: ``mech`` and the re-runs of EDGE that share them), one row per LR, with
+    what 1.1's rule says of that LR's seeds pooled. Nothing when only one LR ran there."""
+    same = [s for s in [mech, *edges] if s.ran and all(s.setting(k) == mech.setting(k) for k, _ in SETTING)]
+    runs = pd.concat([s.runs for s in same if not s.runs.empty])
+    runs = runs[runs["finished"]]
+    table = proxy.rates_by_lr(runs)
+    if len(table) < 2:
+        return
+    parents = runs[runs["parent"].isna()]
+    table["1.1's rule"] = [
+        _mechanism_verdict(parents[parents["train.lr"] == lr]).verdict for lr in table["lr"]
+    ]
+    doc.add(
+        f"**Over the learning rate at `{mech.name}`'s setting** ({', '.join(f'`{s.name}`' for s in same)}; "
+        "a seed has the same init and batches at every LR, and an LR's seeds are pooled over its sweeps):",
+        "",
+        md_table(table),
+        "",
+    )
+
+
 def _provenance(runs: pd.DataFrame, pilot: Source | None) -> str:
     """Where a re-run's setting came from: the pilot sweep that chose it, and whether the re-run's seeds
     are fresh (none of the pilot's), which makes it a pre-registered test; else a search result."""
@@ -425,6 +454,7 @@ def proxy_claims(
 
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
         _edge_block(doc, edges, mech, pilots)
+        _lr_scan(doc, mech, edges)
 
     # 1.2 -------------------------------------------------------------------------------------------
     rule = (

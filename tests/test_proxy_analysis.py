@@ -487,3 +487,47 @@ def test_one_column_proxy_figures_keep_their_titles_inside():
     for fig in (plots.proxy_mechanism(cur, runs), plots.proxy_branches(cur, runs)):
         assert len({ax.get_subplotspec().colspan.start for ax in fig.axes if ax.get_visible()}) == 1
         assert_readable(fig)
+
+
+def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
+    """1.1 over the LR: one row per LR run at proxy_mechanism's setting (a sweep at another width is
+    left out), with the rates of γ in E4M3, γ unquantized and the fp32 twins, and 1.1's rule there."""
+    from analysis.results import NOT, REPRODUCED, Source, _Doc, _lr_scan
+
+    def sweep(name, lr, width, rows):
+        path = tmp_path / name
+        path.mkdir()
+        (path / "multirun.yaml").write_text(f"train:\n  lr: {lr}\nmodel:\n  width: {width}\n")
+        src = Source(name, f"python launch.py -m experiment={name}", path)
+        src.df = pd.DataFrame(rows)
+        src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows).assign(**{"train.lr": lr}))
+        return src
+
+    def none(s):
+        return _run(f"none_s{s}", "mx_none", s, final=0.03, twin=0.03, norm_affine="none")
+
+    mech = sweep(
+        "proxy_mechanism", 0.004, 256,
+        [_run("ln_s0", "mx_ln", 0, final=math.nan, twin=0.03, status="diverged"),
+         _run("ln_s1", "mx_ln", 1, final=0.09, twin=0.03), none(0), none(1)],
+    )  # fmt: skip
+    low = sweep(
+        "proxy_mechanism_lr3", 0.003, 256,
+        [_run("ln_s0", "mx_ln", 0, final=0.03, twin=0.03),
+         _run("ln_s1", "mx_ln", 1, final=0.031, twin=0.03, twin_diverged=900), none(0), none(1)],
+    )  # fmt: skip
+    wide = sweep(
+        "proxy_wide", 0.01, 512, [_run("ln_s0", "mx_ln", 0, final=math.nan, twin=0.03, status="diverged")]
+    )
+    doc = _Doc(tmp_path / "results.md")
+    _lr_scan(doc, mech, [low, wide])
+    text = "\n".join(doc.lines)
+    assert "`proxy_mechanism`, `proxy_mechanism_lr3`;" in text and "proxy_wide" not in text
+    table = [line for line in text.splitlines() if line.startswith("| 0.00")]
+    assert table == [
+        f"| 0.003 | 2 | 0/2 | 0/2 | 1/4 | {NOT} |",
+        f"| 0.004 | 2 | 2/2 | 0/2 | 0/4 | {REPRODUCED} |",
+    ]
+    doc = _Doc(tmp_path / "results.md")
+    _lr_scan(doc, mech, [wide])  # one LR at this setting: nothing to scan
+    assert doc.lines == []
