@@ -8,8 +8,9 @@
   argument): torch on one thread, for modules of tiny tensors where more threads only add
   overhead and contend on a busy small box.
 
-Both restore what they changed after each test. Subprocess-based tests set the equivalent
-``MXSWEEP_QUANT_BACKEND=eager`` and ``OMP_NUM_THREADS=1`` in the child's environment instead.
+Both restore what they changed after each test. Subprocess-based tests set ``OMP_NUM_THREADS=1``
+and the native quantizer (bit-identical to eager) in the child's environment instead
+(``tests/launching.py``).
 """
 
 from __future__ import annotations

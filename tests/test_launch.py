@@ -122,7 +122,7 @@ def test_ctrl_c_checkpoints_at_the_next_step_and_exits_with_one_line(tmp_path):
     from launching import REPO, child_env
 
     out = tmp_path / "run"
-    args = ["task=proxy", "model.width=32", "model.depth=2", "train.steps=4000", "train.eval_every=1000",
+    args = ["task=proxy", "model.width=32", "model.depth=2", "train.steps=800", "train.eval_every=400",
             "train.log_every=1", "train.ckpt_every=0", "logger=disabled", "logger.console_every_s=0",
             f"out_dir={out}"]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "launch.py", *args], cwd=REPO, env=child_env(),
@@ -141,7 +141,7 @@ def test_ctrl_c_checkpoints_at_the_next_step_and_exits_with_one_line(tmp_path):
     r = _launch(*args)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(s)["step"] for s in (out / "metrics.jsonl").read_text().splitlines()]
-    assert rows == list(range(1, 4001))  # resumed from the Ctrl-C checkpoint, no step twice
+    assert rows == list(range(1, 801))  # resumed from the Ctrl-C checkpoint, no step twice
 
 
 def test_a_single_run_prints_its_directory_first_then_progress_lines(tmp_path):

@@ -214,7 +214,7 @@ def test_two_launchers_on_one_sweep_never_train_a_run_twice(tmp_path):
 
     from launching import REPO, child_env
 
-    cmd = [sys.executable, "launch.py", "-m", "experiment=smoke", "budget.flops=[1e10]",
+    cmd = [sys.executable, "launch.py", "-m", "experiment=smoke", "budget.flops=[3e9]",
            "budget.ratio_max=100", "train.ckpt_every=20", "logger=disabled", "sweep.progress=false",
            f"hydra.sweep.dir={tmp_path / 'twice'}"]  # fmt: skip
     first = subprocess.Popen(
