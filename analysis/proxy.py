@@ -253,12 +253,13 @@ def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
 
 def rates_by_lr(runs: pd.DataFrame) -> pd.DataFrame:
     """Per learning rate (phase-1 runs of one setting, finished ones): the seeds, and how many blew up
-    with γ/β in E4M3 and with γ/β unquantized, and how many fp32 twins were not stable ("k/n")."""
+    with γ/β in E4M3 and with γ/β unquantized, and how many of the γ-in-E4M3 runs' fp32 twins were not
+    stable ("k/n"; a seed's twins are one fp32 run, the same init and batches, so each counts once)."""
     parents = runs[runs["parent"].isna() & runs["finished"]]
     rows = []
     for lr, g in parents.groupby("train.lr", sort=True):
         ln, none = g[g["norm_affine"].ne("none")], g[g["norm_affine"].eq("none")]
-        twins = g["twin_stable"].dropna().astype(bool)
+        twins = ln["twin_stable"].dropna().astype(bool)
         seeds = sorted(int(s) for s in g["seed"].dropna().unique())
         rows.append(
             {

@@ -79,11 +79,12 @@ class Source:
         return proxy.mechanism(self.runs, self.cur)
 
     def setting(self, key: str) -> Any:
-        """A setting of the sweep as it was launched (its ``multirun.yaml``), e.g. ``sweep.branch_at``."""
+        """A setting of the sweep as it was launched (its ``multirun.yaml``), e.g. ``sweep.branch_at``;
+        for a field the sweep predates, the value it ran with (``RECORD_DEFAULTS``)."""
         node: Any = self._multirun
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        return node
+        return RECORD_DEFAULTS.get(key) if node is None else node
 
     @functools.cached_property
     def _multirun(self) -> dict[str, Any]:
@@ -705,7 +706,8 @@ def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None)
     parts = []
     for key, name in SETTING:
         value = src.setting(key)
-        if value is not None and (mech is None or value != mech.setting(key)):
+        default = mech is None and value == RECORD_DEFAULTS.get(key)  # the default needs no naming
+        if value is not None and not default and (mech is None or value != mech.setting(key)):
             parts.append(f"{name} {value}")
     parts.append(f"lr {src.setting('train.lr'):g}")
     runs = src.runs if runs is None else runs
