@@ -7,6 +7,4 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check .
 # Two workers by default (MXSWEEP_TEST_WORKERS=0: one process); a file's tests stay on one worker, in
 # order (--dist loadfile), so module fixtures and the SLURM cluster's session are shared as before.
-# Files are handed out in collection order, the longest first (tests/conftest.py, LONGEST_FIRST), not
-# by xdist's default of the most tests first, which handed out the SLURM file near the end.
-exec .venv/bin/python -m pytest -q -n "${MXSWEEP_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -q -n "${MXSWEEP_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -22,29 +22,6 @@ import torch
 
 import quant
 
-LONGEST_FIRST = (
-    "test_sweeper.py",
-    "test_presets.py",
-    "test_slurm.py",
-    "test_records.py",
-    "test_launch.py",
-    "test_ddp.py",
-    "test_proxy_analysis.py",
-    "test_analysis.py",
-)
-"""The files that take minutes, longest first (``--durations`` on 2 cores: 1-5 min each, against
-seconds for most others). scripts/test.sh runs 2 workers with ``--dist loadfile``, one whole file
-per worker at a time, handed out in collection order (``--no-loadscope-reorder``; xdist's default
-hands out the files with the most tests first, fast unit-test files, and the few-test SLURM file near
-the end): a long file handed out last keeps one worker busy for minutes after the other has run out
-of files (~2 of the suite's 11 minutes on a machine without AVX-512). Starting them first leaves the
-short files to even out the end."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
 
 @pytest.fixture(autouse=True)
 def eager_backend(request: pytest.FixtureRequest) -> Iterator[None]:
