@@ -251,28 +251,6 @@ def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def rates_by_lr(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per learning rate (phase-1 runs of one setting, finished ones): the seeds, and how many blew up
-    with γ/β in E4M3 and with γ/β unquantized, and how many of the γ-in-E4M3 runs' fp32 twins were not
-    stable ("k/n"; a seed's twins are one fp32 run, the same init and batches, so each counts once)."""
-    parents = runs[runs["parent"].isna() & runs["finished"]]
-    rows = []
-    for lr, g in parents.groupby("train.lr", sort=True):
-        ln, none = g[g["norm_affine"].ne("none")], g[g["norm_affine"].eq("none")]
-        twins = ln["twin_stable"].dropna().astype(bool)
-        seeds = sorted(int(s) for s in g["seed"].dropna().unique())
-        rows.append(
-            {
-                "lr": float(lr),
-                "seeds": len(seeds),
-                "γ in E4M3 blew up": f"{int(ln['blew_up'].sum())}/{len(ln)}" if len(ln) else "–",
-                "γ unquantized blew up": f"{int(none['blew_up'].sum())}/{len(none)}" if len(none) else "–",
-                "fp32 twin not stable": f"{int((~twins).sum())}/{len(twins)}" if len(twins) else "–",
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     """Per intervention (and per branch point, where ``runs`` has ``with_branch_points``' column):
     branches, how many avoided the blow-up (stable: ended < 2× the parents' twin, no divergence, no

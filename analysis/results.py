@@ -246,6 +246,8 @@ class _Verdict:
     fisher: str
     k: int
     n: int
+    rates: dict[str, str] = field(default_factory=dict)
+    """The counts behind it, "k/n": γ in E4M3 blew up, γ unquantized blew up, fp32 twin not stable."""
 
 
 def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
@@ -279,7 +281,12 @@ def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
             f"Blow-up rate with γ in E4M3 {k}/{n} against {none_bad}/{len(none)} with γ unquantized "
             f"(same seeds, inits and batches): one-sided Fisher exact p = {p:.2g}."
         )
-    return _Verdict(verdict, sentence, fisher, k, n)
+    rates = {
+        "γ in E4M3 blew up": f"{k}/{n}",
+        "γ unquantized blew up": f"{none_bad}/{len(none)}" if len(none) else "–",
+        "fp32 twin not stable": f"{twin_bad}/{len(twins)}" if len(twins) else "–",
+    }
+    return _Verdict(verdict, sentence, fisher, k, n, rates)
 
 
 def _edge_block(
@@ -358,14 +365,14 @@ def _lr_scan(doc: _Doc, mech: Source, edges: list[Source]) -> None:
     what 1.1's rule says of that LR's seeds pooled. Nothing when only one LR ran there."""
     same = [s for s in [mech, *edges] if s.ran and all(s.setting(k) == mech.setting(k) for k, _ in SETTING)]
     runs = pd.concat([s.runs for s in same if not s.runs.empty])
-    runs = runs[runs["finished"]]
-    table = proxy.rates_by_lr(runs)
-    if len(table) < 2:
+    parents = runs[runs["parent"].isna() & runs["finished"]]
+    if parents["train.lr"].nunique() < 2:
         return
-    parents = runs[runs["parent"].isna()]
-    table["1.1's rule"] = [
-        _mechanism_verdict(parents[parents["train.lr"] == lr]).verdict for lr in table["lr"]
-    ]
+    rows = []
+    for lr, g in parents.groupby("train.lr", sort=True):
+        v = _mechanism_verdict(g)
+        rows.append({"lr": float(lr), "seeds": int(g["seed"].nunique()), **v.rates, "1.1's rule": v.verdict})
+    table = pd.DataFrame(rows)
     doc.add(
         f"**Over the learning rate at `{mech.name}`'s setting** ({', '.join(f'`{s.name}`' for s in same)}; "
         "a seed has the same init and batches at every LR, and an LR's seeds are pooled over its sweeps):",
