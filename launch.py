@@ -80,10 +80,11 @@ def _main(cfg: DictConfig) -> dict | None:
     if cfg.get("study") is not None:  # a study (launch.STUDIES), not a training run
         return run_study(cfg)
     from train import distributed
-    from train.loop import check_device
 
     try:
-        run = to_run_config(cfg)  # ValueError with a one-line message on bad input
+        run = to_run_config(cfg)  # ValueError with a one-line message on bad input (torch-free)
+        from train.loop import check_device  # torch comes in here, once the config is known to be good
+
         # Here, not in to_run_config: a sweep may be planned on a login node without the job's GPU.
         check_device(distributed.resolve_device(run.train.device))
     except ValueError as e:

@@ -1002,8 +1002,8 @@ def lm_step_times(
     from benchmarks.train_bench import POLICIES, _Tokens
     from models import LMConfig, build_lm
     from train.config import TrainConfig
+    from train.objectives import LMTask
     from train.optim import make_optimizer
-    from train.tasks import LMTask
 
     cfg = LMConfig(depth=depth, d_model=d, vocab_size=256)
     kind = torch.device(device).type

@@ -42,8 +42,8 @@ import quant  # noqa: E402
 from benchmarks._timing import cpu_model, round_robin, stats, warm_up  # noqa: E402
 from models import LMConfig, build_lm  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
+from train.objectives import LMTask  # noqa: E402
 from train.optim import make_optimizer  # noqa: E402
-from train.tasks import LMTask  # noqa: E402
 
 TARGET_FULL_MX = 1.5  # full MX step may take at most this many unquantized steps
 

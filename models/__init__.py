@@ -11,21 +11,26 @@ Registries, by the short names a config uses:
     CONFIGS["proxy"] = ProxyConfig  MODELS["proxy"] = make_teacher_student (cfg, seed) -> (teacher, student)
 
 Every config has ``n_params`` (exact, embeddings included) and ``flops_per_token`` (6·N, so
-C = 6·N·D); see ``models.config``.
+C = 6·N·D); see ``models.config``. The configs are torch-free (a sweep is planned and a config
+validated without torch); the modules, builders and ``MODELS`` load on first use (PEP 562).
 """
 
-from collections.abc import Callable
-from typing import Any
+from __future__ import annotations
+
+import importlib
 
 from models.config import LMConfig, ModelConfig, ProxyConfig
-from models.lm import LM, build_lm
-from models.proxy import ResidualMLP, make_teacher_student, proxy_batch
 
 CONFIGS: dict[str, type] = {"lm": LMConfig, "proxy": ProxyConfig}
 """Model name → its config schema."""
 
-MODELS: dict[str, Callable[[Any, int], Any]] = {"lm": build_lm, "proxy": make_teacher_student}
-"""Model name → builder ``(cfg, seed)``: an ``LM``, or the proxy's ``(teacher, student)``."""
+_LAZY = {
+    "LM": "models.lm",
+    "build_lm": "models.lm",
+    "ResidualMLP": "models.proxy",
+    "make_teacher_student": "models.proxy",
+    "proxy_batch": "models.proxy",
+}
 
 __all__ = [
     "CONFIGS",
@@ -39,3 +44,17 @@ __all__ = [
     "make_teacher_student",
     "proxy_batch",
 ]
+
+
+def __getattr__(name: str):
+    if name == "MODELS":  # model name → builder ``(cfg, seed)``: an ``LM``, or ``(teacher, student)``
+        from models.lm import build_lm
+        from models.proxy import make_teacher_student
+
+        value = {"lm": build_lm, "proxy": make_teacher_student}
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'models' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value

@@ -43,10 +43,12 @@ import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
-
-import torch
+from typing import TYPE_CHECKING
 
 from records.precision import ALIASES
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,16 @@ class ElemFormat:
     mbits: int
     grid: Grid
     kind: ElemKind = ElemKind.BLOCK
-    torch_dtype: torch.dtype | None = None
-    """The native torch dtype with exactly this grid, when there is one (used only in tests)."""
+    torch_dtype_name: str | None = None
+    """The name of the native torch dtype with exactly this grid, when there is one (the table itself
+    is torch-free, so configs and sweep planning load without torch)."""
+
+    @property
+    def torch_dtype(self) -> torch.dtype | None:
+        """That dtype (used only in tests, against torch's own casts)."""
+        import torch
+
+        return getattr(torch, self.torch_dtype_name) if self.torch_dtype_name else None
 
     @property
     def max(self) -> float:
@@ -113,17 +123,27 @@ class ElemFormat:
         return self.grid.emax
 
 
-def _fp(name: str, ebits: int, mbits: int, max_: float, dtype: torch.dtype | None = None):
+def _fp(name: str, ebits: int, mbits: int, max_: float, dtype: str | None = None):
     return ElemFormat(
-        name, 1 + ebits + mbits, ebits, mbits, _float_grid(ebits, mbits, max_), torch_dtype=dtype
+        name, 1 + ebits + mbits, ebits, mbits, _float_grid(ebits, mbits, max_), torch_dtype_name=dtype
     )
+
+
+def _ieee_max(ebits: int, mbits: int) -> float:
+    """The largest finite value of an IEEE-style format (the top exponent is Inf/NaN):
+    (2 − 2**−mbits) · 2**bias, bias = 2**(ebits−1) − 1 (bf16 ≈ 3.39e38, fp32 ≈ 3.40e38)."""
+    return (2.0 - 2.0**-mbits) * 2.0 ** (2 ** (ebits - 1) - 1)
+
+
+F32_MAX = _ieee_max(8, 23)
+"""The largest finite fp32 (``torch.finfo(torch.float32).max``)."""
 
 
 ELEM_FORMATS: dict[str, ElemFormat] = {
     f.name: f
     for f in (
-        _fp("fp8_e4m3", 4, 3, 448.0, torch.float8_e4m3fn),
-        _fp("fp8_e5m2", 5, 2, 57344.0, torch.float8_e5m2),
+        _fp("fp8_e4m3", 4, 3, 448.0, "float8_e4m3fn"),
+        _fp("fp8_e5m2", 5, 2, 57344.0, "float8_e5m2"),
         _fp("fp6_e3m2", 3, 2, 28.0),
         _fp("fp6_e2m3", 2, 3, 7.5),
         _fp("fp4_e2m1", 2, 1, 6.0),
@@ -133,19 +153,19 @@ ELEM_FORMATS: dict[str, ElemFormat] = {
             16,
             8,
             7,
-            _float_grid(8, 7, torch.finfo(torch.bfloat16).max),
+            _float_grid(8, 7, _ieee_max(8, 7)),
             ElemKind.ELEMENTWISE,
-            torch.bfloat16,
+            "bfloat16",
         ),
-        ElemFormat("fp16", 16, 5, 10, _float_grid(5, 10, 65504.0), ElemKind.ELEMENTWISE, torch.float16),
+        ElemFormat("fp16", 16, 5, 10, _float_grid(5, 10, 65504.0), ElemKind.ELEMENTWISE, "float16"),
         ElemFormat(
             "fp32",
             32,
             8,
             23,
-            _float_grid(8, 23, torch.finfo(torch.float32).max),
+            _float_grid(8, 23, F32_MAX),
             ElemKind.IDENTITY,
-            torch.float32,
+            "float32",
         ),
     )
 }
@@ -175,7 +195,7 @@ class ScaleFormat:
             return self.grid.max
         if self.kind is ScaleKind.POW2:
             return 2.0 ** self.exp_range[1]
-        return torch.finfo(torch.float32).max
+        return F32_MAX
 
 
 SCALE_FORMATS: dict[str, ScaleFormat] = {

@@ -57,96 +57,13 @@ import functools
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from quant import native
-from quant.formats import (
-    RECIPES,
-    ElemFormat,
-    ElemKind,
-    Grid,
-    Rounding,
-    ScaleFormat,
-    ScaleKind,
-    ScaleRule,
-    elem_format,
-    precision_names,
-    recipe,
-    scale_format,
-)
-
-_F32_MAX = torch.finfo(torch.float32).max
-
-
-@dataclass(frozen=True)
-class QuantSpec:
-    """Everything that decides how one tensor is quantized (hashable: one compiled graph each)."""
-
-    elem: ElemFormat
-    block_size: int | None = 32
-    scale: ScaleFormat = scale_format("e8m0")
-    scale_rule: ScaleRule = ScaleRule.FLOOR
-    rounding: Rounding = Rounding.EVEN
-    global_scale: bool = False
-
-    def __post_init__(self):
-        if self.elem.kind is ElemKind.BLOCK:
-            if self.block_size is None or self.block_size < 1:
-                raise ValueError(
-                    f"block_size must be a positive integer for {self.elem.name}, got {self.block_size}"
-                )
-            if self.global_scale and self.scale.kind is not ScaleKind.FLOAT:
-                raise ValueError(
-                    f"global_scale needs a float scale format (ue4m3, ue5m3), not "
-                    f"{self.scale.name!r}: set global_scale=false or scale=ue4m3"
-                )
-        else:
-            # bf16/fp16/fp32 are rounded value by value: block and scale do not apply.
-            object.__setattr__(self, "block_size", None)
-            object.__setattr__(self, "global_scale", False)
-
-    @property
-    def is_identity(self) -> bool:
-        return self.elem.kind is ElemKind.IDENTITY
-
-    @classmethod
-    def make(
-        cls,
-        fmt: str | ElemFormat,
-        *,
-        block_size: int | None = 32,
-        scale: str | ScaleFormat = "e8m0",
-        scale_rule: str | ScaleRule = "floor",
-        rounding: str | Rounding = "even",
-        global_scale: bool = False,
-    ) -> QuantSpec:
-        """Build a spec from names; a recipe name (``nvfp4``, ``mxfp8_e4m3`` …) brings its own
-        element format, block size and scale and overrides those arguments."""
-        if isinstance(fmt, str) and fmt not in _elem_names():
-            if fmt not in RECIPES:
-                raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(precision_names())}")
-            r = recipe(fmt)
-            fmt, block_size, scale = r.elem, r.block_size, r.scale
-            scale_rule, global_scale = r.scale_rule, r.global_scale
-        return cls(
-            elem_format(fmt),
-            block_size,
-            scale_format(scale),
-            ScaleRule(scale_rule),
-            Rounding(rounding),
-            global_scale,
-        )
-
-
-@functools.cache
-def _elem_names() -> frozenset[str]:
-    from quant.formats import ELEM_FORMATS
-
-    return frozenset(ELEM_FORMATS)
-
+from quant.formats import F32_MAX, ElemFormat, Grid, Rounding, ScaleKind, ScaleRule
+from quant.spec import QuantSpec
 
 # ---------------------------------------------------------------------------------------------
 # Bit-level helpers (exact; all fp32)
@@ -218,7 +135,7 @@ def _block_scales(amax: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, to
     if kind is ScaleKind.FLOAT:
         s = _round_to_grid(s, spec.scale.grid, Rounding.EVEN, None)
     inv = (1.0 / s) if g is None else (1.0 / g) / s
-    inv = torch.where(s > 0, inv.clamp(max=_F32_MAX), 0.0)  # a zero scale zeroes its block
+    inv = torch.where(s > 0, inv.clamp(max=F32_MAX), 0.0)  # a zero scale zeroes its block
     return (s if g is None else g * s), inv
 
 
@@ -229,7 +146,7 @@ def _fake_quant_blocks(x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None)
     scale, inv = _block_scales(amax, spec)
     out = _round_to_grid(xf * inv, spec.elem.grid, spec.rounding, u) * scale
     # With the ceil rule a block max near the fp32 max can round up past it: keep such values finite.
-    out = torch.where(torch.isfinite(amax), out.clamp(-_F32_MAX, _F32_MAX), float("nan"))
+    out = torch.where(torch.isfinite(amax), out.clamp(-F32_MAX, F32_MAX), float("nan"))
     return out.to(x.dtype)
 
 

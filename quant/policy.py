@@ -25,7 +25,7 @@ import functools
 from dataclasses import dataclass
 
 from quant.formats import ELEM_FORMATS, RECIPES, SCALE_FORMATS, ElemKind, Rounding, ScaleRule, precision_names
-from quant.mx import QuantSpec
+from quant.spec import QuantSpec
 from records.precision import DEFAULTS, INHERITS
 
 ROLES = ("w", "a", "w_bwd", "a_bwd", "g_dgrad", "g_wgrad")

@@ -2,10 +2,11 @@
 
 import json
 import subprocess
+import sys
 
 import pytest
 import torch
-from launching import launch
+from launching import REPO, child_env, launch
 
 
 def _launch(*overrides: str) -> subprocess.CompletedProcess:
@@ -67,6 +68,38 @@ def test_bad_input_to_a_sweep_is_one_line_before_any_run(tmp_path, override, fie
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and field in lines[0], r.stderr
     assert not (tmp_path / "s").exists()
+
+
+_IMPORTS_TORCH = """
+import json, runpy, sys
+sys.argv = ["launch.py", *json.loads(sys.argv[1])]
+try:
+    runpy.run_path("launch.py", run_name="__main__")
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+print(json.dumps({"code": code, "torch": "torch" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["-m", "experiment=proxy_mechanism", "sweep.dry_run=true"], 0),  # plans and previews 16 runs
+        (["logger=disabled", "task=proxy", "precision.w=fp9_e4m3"], 2),  # bad input, caught by QuantPolicy
+        (["--status", "outputs/sweeps/no_such_sweep"], 2),
+    ],
+)
+def test_planning_and_refusing_never_import_torch(tmp_path, args, code):
+    """Commands that train nothing (a dry run, bad input, --status) answer without importing torch
+    (2–3 s of a 3.5 s start): configs, the format table, policies and the task registry are torch-free."""
+    where = [f"hydra.sweep.dir={tmp_path / 's'}"] if "-m" in args else [f"out_dir={tmp_path / 'r'}"]
+    args = args if args[0] == "--status" else [*args, *where]
+    r = subprocess.run([sys.executable, "-c", _IMPORTS_TORCH, json.dumps(args)], cwd=REPO, env=child_env(),
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result == {"code": code, "torch": False}, r.stderr[-2000:]
 
 
 def test_unknown_key_is_rejected(tmp_path):

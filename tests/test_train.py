@@ -19,7 +19,8 @@ from train.callbacks import Callback
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, ScheduleEntry, TrainConfig, WandbConfig
 from train.hooks import SpikeDetector, default_hooks
 from train.loop import train
-from train.tasks import LMTask, ProxyTask, make_task
+from train.objectives import LMTask, ProxyTask
+from train.tasks import make_task
 
 # Tiny tensors: more threads only add overhead (and contention on 2 cores).
 pytestmark = pytest.mark.usefixtures("one_thread")

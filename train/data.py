@@ -22,7 +22,8 @@ so different epochs see different cut points. Global batch ``step`` is window sl
 ``[step·B, (step+1)·B)`` of that endless sequence, so ``get(step)`` depends on ``(data, seed, step)`` only: a
 resumed run sees exactly the batches it would have seen. With DDP, rank ``r`` of ``W`` takes rows
 ``[r·B/W, (r+1)·B/W)`` of the global batch, so the ranks' shards concatenated in rank order are the global
-batch. Token arrays are numpy memmaps when they come from files (``litmix``, ``tokens``).
+batch. Token arrays are numpy memmaps when they come from files (``litmix``, ``tokens``). torch is imported
+only where a batch becomes a tensor, so ``DataConfig`` validates a config without it.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from corpora.common import DOC_SEP, default_data_dir  # noqa: F401 (default_data_dir: re-exported)
+
+if TYPE_CHECKING:
+    import torch
 
 SOURCES = ("litmix", "text_files", "tokens", "synthetic")
 
@@ -52,8 +56,8 @@ class ByteTokenizer:
 
     def decode(self, ids: np.ndarray | torch.Tensor | list[int]) -> str:
         """ids → text; byte sequences that are not valid UTF-8 (e.g. a cut character) become U+FFFD."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.cpu().numpy()
+        if hasattr(ids, "detach"):  # a torch.Tensor (maybe on a GPU)
+            ids = ids.detach().cpu().numpy()
         return bytes(np.asarray(ids, dtype=np.uint8).tobytes()).decode("utf-8", errors="replace")
 
 
@@ -175,6 +179,8 @@ class TokenBatches:
         return starts
 
     def _gather(self, tokens: np.ndarray, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         idx = starts[:, None] + np.arange(self.seq_len + 1)  # (B, T+1)
         chunk = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))
         return chunk[:, :-1], chunk[:, 1:]

@@ -15,6 +15,10 @@ Division of labour (``train.loop``): every rank builds the same model from the s
 the averaged gradient is the global batch's. Logged losses are averaged over ranks; evaluation runs on
 every rank's validation shard and is averaged. Only rank 0 writes the run record, checkpoints and wandb.
 Backend: gloo on CPU, nccl on CUDA (one GPU per rank: ``cuda`` means ``cuda:<LOCAL_RANK>``).
+
+"Who am I" (``rank``, ``world_size``, ``is_main``, ``resolve_device``) reads torchrun's environment
+until a process group exists, and needs no torch: config validation and sweep planning, which ask it,
+never import torch. A process group can only exist once ``torch.distributed`` is imported.
 """
 
 from __future__ import annotations
@@ -22,21 +26,32 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from typing import Any
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:
+    import torch
 
 TIMEOUT = datetime.timedelta(minutes=10)
 """How long a collective may wait for a missing rank before the job fails (instead of hanging)."""
 
 
+def _group() -> ModuleType | None:
+    """``torch.distributed`` when this process is in a process group, else None (single-process, or
+    torch not imported at all: then no group can exist)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
+
+
 def rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    dist = _group()
+    return dist.get_rank() if dist else int(os.environ.get("RANK", "0"))
 
 
 def world_size() -> int:
-    return dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    dist = _group()
+    return dist.get_world_size() if dist else int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def local_rank() -> int:
@@ -55,8 +70,11 @@ def resolve_device(device: str) -> str:
 def setup(device: str) -> bool:
     """Initialise the process group when ``WORLD_SIZE > 1`` (once). True if this call created it, so
     the caller should ``teardown`` it."""
-    if world_size() <= 1 or dist.is_initialized():
+    if world_size() <= 1 or _group():
         return False
+    import torch
+    import torch.distributed as dist
+
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(torch.device(resolve_device(device)))
@@ -65,12 +83,14 @@ def setup(device: str) -> bool:
 
 
 def teardown() -> None:
-    if dist.is_initialized():
+    if dist := _group():
         dist.destroy_process_group()
 
 
-def _device() -> torch.device:
+def _device(dist: ModuleType) -> torch.device:
     """Where collective tensors live: the current GPU for nccl, else the CPU."""
+    import torch
+
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -78,34 +98,40 @@ def _device() -> torch.device:
 
 def mean(value: torch.Tensor | float) -> float:
     """The mean over ranks of a scalar (itself when single-process)."""
-    if not dist.is_initialized():
+    if not (dist := _group()):
         return float(value)
-    t = torch.as_tensor(value, dtype=torch.float64).detach().reshape(1).to(_device())
+    import torch
+
+    t = torch.as_tensor(value, dtype=torch.float64).detach().reshape(1).to(_device(dist))
     dist.all_reduce(t)
     return float(t.item()) / dist.get_world_size()
 
 
 def any_rank(flag: bool) -> bool:
     """True on every rank if ``flag`` is true on any rank (e.g. a signal that reached only one)."""
-    if not dist.is_initialized():
+    if not (dist := _group()):
         return bool(flag)
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_device())
+    import torch
+
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_device(dist))
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
 
 
 def broadcast(obj: object) -> object:
     """Rank 0's ``obj`` on every rank (a picklable object)."""
-    if not dist.is_initialized():
+    if not (dist := _group()):
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=0, device=_device())
+    dist.broadcast_object_list(box, src=0, device=_device(dist))
     return box[0]
 
 
 def barrier() -> None:
-    if dist.is_initialized():
+    if dist := _group():
         if dist.get_backend() == "nccl":
+            import torch
+
             dist.barrier(device_ids=[torch.cuda.current_device()])
         else:
             dist.barrier()
@@ -115,4 +141,6 @@ def autocast(run: Any) -> contextlib.AbstractContextManager:
     """The forward-pass context of ``run``: bf16 autocast on its device, or nothing."""
     if run.train.autocast == "none":
         return contextlib.nullcontext()
+    import torch
+
     return torch.autocast(torch.device(run.train.device).type, dtype=torch.bfloat16)
