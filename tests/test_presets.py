@@ -72,6 +72,7 @@ TINY = {
     "proxy_late_wide": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_lr3": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_lr5": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_mechanism_lr_fine": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[8]"],
     "proxy_mechanism_d128": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_early": [
@@ -116,6 +117,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_late_wide": (2, 0),
     "proxy_mechanism_lr3": (16, 0),  # phase 1 only
     "proxy_mechanism_lr5": (16, 0),  # phase 1 only
+    "proxy_mechanism_lr_fine": (8, 0),  # γ in E4M3 only, × the 2 LRs of hydra.sweeper.params
     "proxy_mechanism_seeds": (16, 0),  # phase 1 only
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
@@ -161,6 +163,7 @@ VARIANTS = {
     "proxy_late_wide": "proxy_late_search",
     "proxy_mechanism_lr3": "proxy_mechanism",
     "proxy_mechanism_lr5": "proxy_mechanism",
+    "proxy_mechanism_lr_fine": "proxy_mechanism",
     "proxy_mechanism_seeds": "proxy_mechanism",
     "proxy_mechanism_d128": "proxy_mechanism",
     "proxy_mechanism_d128_early": "proxy_mechanism_d128",
