@@ -212,6 +212,7 @@ SETTING = (
 EDGE = (
     "proxy_mechanism_lr3",
     "proxy_mechanism_lr5",
+    "proxy_mechanism_lr_fine",
     "proxy_mechanism_seeds",
     "proxy_mechanism_d128",
     "proxy_released",
@@ -270,7 +271,11 @@ def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
         verdict = NOT
     sentence = (
         f"γ/β in E4M3: **{k} of {n} seeds blew up**; their fp32 twins: {int(twins.sum())} of {len(twins)} "
-        f"stable; γ/β unquantized: {int(none['stable'].sum())} of {len(none)} stable."
+        + (
+            f"stable; γ/β unquantized: {int(none['stable'].sum())} of {len(none)} stable."
+            if not none.empty
+            else "stable; γ/β unquantized: not run in this sweep."
+        )
     )
     fisher = ""
     if not none.empty:
@@ -293,9 +298,10 @@ def _edge_block(
     doc: _Doc, edges: list[Source], mech: Source | None = None, pilots: Mapping[str, Source] | None = None
 ) -> None:
     """1.1's comparison re-run (another learning rate, or fresh seeds): the rule's outcome on each (not
-    the verdict, which stays with the preset the issue names); fresh seeds at ``mech``'s learning rate
-    are also pooled with its phase 1. ``pilots``: a re-run's name → the pilot sweep that chose its
-    setting (``PILOT``), which says whether the re-run is a pre-registered test."""
+    the verdict, which stays with the preset the issue names), one block per learning rate where a
+    sweep ran several (an LR axis of ``hydra.sweeper.params``); fresh seeds at ``mech``'s setting are
+    also pooled with its phase 1. ``pilots``: a re-run's name → the pilot sweep that chose its setting
+    (``PILOT``), which says whether the re-run is a pre-registered test."""
     for src in edges:
         runs = src.runs
         if runs.empty or runs["parent"].isna().sum() == 0:
@@ -305,46 +311,68 @@ def _edge_block(
         runs = runs[runs["finished"]]
         if unfinished:
             doc.add(f"`{src.name}`: {unfinished} run(s) not finished yet; counts below are the finished.", "")
-        if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
-            continue
-        v = _mechanism_verdict(runs)
-        keys = ("train.lr", *(k for k, _ in SETTING))
-        same_setting = mech is not None and mech.ran and all(src.setting(k) == mech.setting(k) for k in keys)
-        why = (
-            "Fresh seeds at the same setting: a replication of the rates above."
-            if same_setting
-            else _provenance(runs, (pilots or {}).get(src.name))
-        )
-        doc.add(
-            f"**The same comparison at {_setting(src, mech, runs)}** (`{src.command}`, records "
-            f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {v.sentence} By 1.1's rule this "
-            f"setting is **{v.verdict}**. {why}",
-            "",
-            md_table(proxy.outcomes(runs)),
-            "",
-        )
-        if v.fisher:
-            doc.add(v.fisher, "")
-        paired = _paired_ratio(runs)
-        if paired:
-            doc.add(paired, "")
-        if not same_setting and not src.cur.empty:  # another setting: its own MX-vs-twin view
-            from analysis import plots
+        lrs = sorted(runs["train.lr"].dropna().unique()) if "train.lr" in runs else []
+        for lr in lrs or [None]:
+            at = runs if lr is None else runs[runs["train.lr"] == lr]
+            suffix = f"_lr{lr:g}" if len(lrs) > 1 else ""
+            _edge_lr_block(doc, src, at, mech, (pilots or {}).get(src.name), suffix)
 
-            doc.figure(
-                plots.proxy_mechanism(src.cur, runs),
-                f"proxy_mechanism_{src.name}.png",
-                f"MX vs fp32 twin ({src.name})",
-            )
-        if same_setting:
-            first = mech.runs[mech.runs["parent"].isna()]
-            pooled = _mechanism_verdict(pd.concat([first, runs[runs["parent"].isna()]]))
-            seeds = _seed_list([int(x) for x in first["seed"].dropna().unique()])
-            doc.add(
-                f"Pooled with `{mech.name}`'s seeds {seeds} ({pooled.n} seeds): {pooled.sentence} "
-                f"{pooled.fisher}",
-                "",
-            )
+
+def _edge_lr_block(
+    doc: _Doc, src: Source, runs: pd.DataFrame, mech: Source | None, pilot: Source | None, suffix: str
+) -> None:
+    """``_edge_block`` for the finished runs of ``src`` at one learning rate."""
+    if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
+        return
+    v = _mechanism_verdict(runs)
+    same_setting = (
+        mech is not None
+        and mech.ran
+        and _lr(src, runs) == mech.setting("train.lr")
+        and all(src.setting(k) == mech.setting(k) for k, _ in SETTING)
+    )
+    why = (
+        "Fresh seeds at the same setting: a replication of the rates above."
+        if same_setting
+        else _provenance(runs, pilot)
+    )
+    doc.add(
+        f"**The same comparison at {_setting(src, mech, runs)}** (`{src.command}`, records "
+        f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {v.sentence} By 1.1's rule this "
+        f"setting is **{v.verdict}**. {why}",
+        "",
+        md_table(proxy.outcomes(runs)),
+        "",
+    )
+    if v.fisher:
+        doc.add(v.fisher, "")
+    paired = _paired_ratio(runs)
+    if paired:
+        doc.add(paired, "")
+    if not same_setting and not src.cur.empty:  # another setting: its own MX-vs-twin view
+        from analysis import plots
+
+        doc.figure(
+            plots.proxy_mechanism(src.cur, runs),
+            f"proxy_mechanism_{src.name}{suffix}.png",
+            f"MX vs fp32 twin ({src.name}{suffix.replace('_', ', ')})",
+        )
+    if same_setting:
+        first = mech.runs[mech.runs["parent"].isna()]
+        pooled = _mechanism_verdict(pd.concat([first, runs[runs["parent"].isna()]]))
+        seeds = _seed_list([int(x) for x in first["seed"].dropna().unique()])
+        doc.add(
+            f"Pooled with `{mech.name}`'s seeds {seeds} ({pooled.n} seeds): {pooled.sentence} "
+            f"{pooled.fisher}",
+            "",
+        )
+
+
+def _lr(src: Source, runs: pd.DataFrame | None) -> Any:
+    """The learning rate of ``runs`` when they share one (a sweep with an LR axis ran several), else
+    the sweep's own ``train.lr``."""
+    lrs = runs["train.lr"].dropna().unique() if runs is not None and "train.lr" in runs else []
+    return float(lrs[0]) if len(lrs) == 1 else src.setting("train.lr")
 
 
 def _seed_list(seeds: Sequence[int]) -> str:
@@ -716,7 +744,7 @@ def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None)
         default = mech is None and value == RECORD_DEFAULTS.get(key)  # the default needs no naming
         if value is not None and not default and (mech is None or value != mech.setting(key)):
             parts.append(f"{name} {value}")
-    parts.append(f"lr {src.setting('train.lr'):g}")
+    parts.append(f"lr {_lr(src, runs):g}")
     runs = src.runs if runs is None else runs
     seeds = {int(x) for x in runs["seed"].dropna()} if not runs.empty else set()
     if seeds:

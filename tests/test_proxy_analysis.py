@@ -532,3 +532,43 @@ def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
     doc = _Doc(tmp_path / "results.md")
     _lr_scan(doc, mech, [wide])  # one LR at this setting: nothing to scan
     assert doc.lines == []
+
+
+def test_a_sweep_with_an_lr_axis_gets_one_block_per_lr(tmp_path):
+    """proxy_mechanism_lr_fine: γ in E4M3 only, at two LRs of hydra.sweeper.params, while its
+    multirun.yaml keeps the base preset's train.lr (that of proxy_mechanism). Each LR is its own
+    comparison, headed with that LR; neither is taken for fresh seeds at proxy_mechanism's setting (so
+    nothing is pooled with it), and the missing γ-unquantized arm is said to be not run."""
+    from analysis.results import Source, _Doc, _edge_block
+
+    def at(lr, finals):
+        return [
+            _run(f"ln_lr{lr}_s{s}", "mx_ln", s, final=f, twin=0.03, **{"train.lr": lr})
+            for s, f in enumerate(finals)
+        ]
+
+    first = tmp_path / "proxy_mechanism"
+    first.mkdir()
+    (first / "multirun.yaml").write_text("train:\n  lr: 0.004\n")
+    mech = Source("proxy_mechanism", "python launch.py -m experiment=proxy_mechanism", first)
+    rows = [_run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03, **{"train.lr": 0.004})]
+    mech.df = pd.DataFrame(rows)
+    mech.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
+    path = tmp_path / "proxy_mechanism_lr_fine"
+    path.mkdir()
+    (path / "multirun.yaml").write_text("train:\n  lr: 0.004\n")  # the base's; the runs' LRs differ
+    src = Source("proxy_mechanism_lr_fine", "python launch.py -m experiment=proxy_mechanism_lr_fine", path)
+    src.__dict__["runs"] = proxy.proxy_runs(
+        pd.DataFrame([*at(0.0035, [0.03, 0.03]), *at(0.0045, [0.09, 0.03])])
+    )
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [src], mech)
+    text = "\n".join(doc.lines)
+    heads = [line.split("**")[1] for line in text.splitlines() if line.startswith("**The same comparison")]
+    assert heads == [
+        "The same comparison at lr 0.0035, seeds 0–1",
+        "The same comparison at lr 0.0045, seeds 0–1",
+    ]
+    assert "**0 of 2 seeds blew up**" in text and "**1 of 2 seeds blew up**" in text
+    assert text.count("γ/β unquantized: not run in this sweep.") == 2
+    assert "Fresh seeds at the same setting" not in text and "Pooled" not in text
