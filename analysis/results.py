@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import json
 import math
 import os
@@ -396,16 +397,25 @@ def _lr_scan(doc: _Doc, mech: Source, edges: list[Source]) -> None:
     parents = runs[runs["parent"].isna() & runs["finished"]]
     if parents["train.lr"].nunique() < 2:
         return
-    rows = []
+    rows, verdicts = [], []
     for lr, g in parents.groupby("train.lr", sort=True):
         v = _mechanism_verdict(g)
+        verdicts.append(v)
         rows.append({"lr": float(lr), "seeds": int(g["seed"].nunique()), **v.rates, "1.1's rule": v.verdict})
     table = pd.DataFrame(rows)
+    more = [f"{r['lr']:g}" for r, v in zip(rows, verdicts, strict=True) if v.verdict != NOT]
+    rates = [v.k / v.n for v in verdicts]
+    monotone = all(a <= b for a, b in itertools.pairwise(rates))
     doc.add(
         f"**Over the learning rate at `{mech.name}`'s setting** ({', '.join(f'`{s.name}`' for s in same)}; "
         "a seed has the same init and batches at every LR, and an LR's seeds are pooled over its sweeps):",
         "",
         md_table(table),
+        "",
+        f"γ in E4M3 blew up more often than its fp32 twins and than γ unquantized (where run) at "
+        f"{'lr ' + ', '.join(more) if more else 'no LR'}: {len(more)} of the {len(rows)} LRs. Its blow-up "
+        f"rate {'rises' if monotone else 'does not rise monotonically'} with the LR "
+        f"({', '.join(str(r['γ in E4M3 blew up']) for r in rows)}).",
         "",
     )
 

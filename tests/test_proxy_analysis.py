@@ -284,7 +284,8 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
         (path / "multirun.yaml").write_text(yaml)
         src = Source(name, f"python launch.py -m experiment={name}", path)
         shape = {"train.steps": 2000, "model.width": 128, "model.depth": 4, "train.batch_size": 256}
-        src.df = pd.DataFrame([{**r, **shape, "train.lr": 0.004} for r in rows])
+        lr = src.setting("train.lr")  # each run records the LR it trained at: its sweep's here
+        src.df = pd.DataFrame([{**r, **shape, "train.lr": lr} for r in rows])
         src.__dict__["runs"] = proxy.with_branch_points(proxy.proxy_runs(src.df), list(points))
         src.__dict__["planned_branches"] = {
             r["run"]: r["sweep.precision"].split("→")[0] for r in rows if r["train.branch_from"] is not None
@@ -529,6 +530,19 @@ def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
         f"| 0.003 | 2 | 0/2 | 0/2 | 1/2 | {NOT} |",
         f"| 0.004 | 2 | 2/2 | 0/2 | 0/2 | {REPRODUCED} |",
     ]
+    assert (
+        "γ unquantized (where run) at lr 0.004: 1 of the 2 LRs. Its blow-up rate rises with the LR (0/2, 2/2)"
+        in text
+    )
+    high = sweep("proxy_mechanism_lr5", 0.005, 256, [_run("ln_s0", "mx_ln", 0, final=0.03, twin=0.03)])
+    doc = _Doc(tmp_path / "results.md")
+    _lr_scan(doc, mech, [low, high])  # a peak at 4e-3, no γ-unquantized arm at 5e-3
+    text = "\n".join(doc.lines)
+    assert "| 0.005 | 1 | 0/1 | – | 0/1 |" in text
+    assert (
+        "at lr 0.004: 1 of the 3 LRs. Its blow-up rate does not rise monotonically with the LR "
+        "(0/2, 2/2, 0/1)" in text
+    )
     doc = _Doc(tmp_path / "results.md")
     _lr_scan(doc, mech, [wide])  # one LR at this setting: nothing to scan
     assert doc.lines == []
