@@ -691,7 +691,8 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     axes[2, 0].set_ylabel("LN-γ clip fraction")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(8, len(handles)), fontsize=9)
+        per_row = 4 * max(1, len(variants))  # ~4 "seed n" entries fit under one 4.6-inch column
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(per_row, len(handles)), fontsize=9)
     _suptitle(fig, "Proxy: MX with LayerNorm γ quantized against its fp32 twin (× : blew up)", fontsize=11)
     return fig
 

@@ -488,6 +488,15 @@ def test_one_column_proxy_figures_keep_their_titles_inside():
     for fig in (plots.proxy_mechanism(cur, runs), plots.proxy_branches(cur, runs)):
         assert len({ax.get_subplotspec().colspan.start for ax in fig.axes if ax.get_visible()}) == 1
         assert_readable(fig)
+    # eight seeds in one column (proxy_mechanism_lr_fine at one LR): the seed legend wraps, not clipped
+    eight = proxy.proxy_runs(
+        pd.DataFrame([_run(f"ln_s{s}", "mx_ln_e4m3", s, final=0.03, twin=0.03) for s in range(8)])
+    )
+    cur8 = pd.DataFrame([{"run": f"ln_s{s}", "step": t, "loss": 0.03, "twin_loss": 0.03, "twin_cos": 0.9,
+                          "clip_ln/blocks.0.norm": 1.0} for s in range(8) for t in range(1, 11)])  # fmt: skip
+    fig = plots.proxy_mechanism(cur8, eight)
+    assert len(fig.legends[0].get_texts()) == 8
+    assert_readable(fig)
 
 
 def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
