@@ -313,16 +313,16 @@ def _edge_block(
         if unfinished:
             doc.add(f"`{src.name}`: {unfinished} run(s) not finished yet; counts below are the finished.", "")
         lrs = sorted(runs["train.lr"].dropna().unique()) if "train.lr" in runs else []
-        for lr in lrs or [None]:
+        for lr in lrs if len(lrs) > 1 else [None]:
             at = runs if lr is None else runs[runs["train.lr"] == lr]
-            suffix = f"_lr{lr:g}" if len(lrs) > 1 else ""
-            _edge_lr_block(doc, src, at, mech, (pilots or {}).get(src.name), suffix)
+            _edge_lr_block(doc, src, at, mech, (pilots or {}).get(src.name), lr)
 
 
 def _edge_lr_block(
-    doc: _Doc, src: Source, runs: pd.DataFrame, mech: Source | None, pilot: Source | None, suffix: str
+    doc: _Doc, src: Source, runs: pd.DataFrame, mech: Source | None, pilot: Source | None, lr: float | None
 ) -> None:
-    """``_edge_block`` for the finished runs of ``src`` at one learning rate."""
+    """``_edge_block`` for the finished runs of ``src`` at one learning rate (``lr``: one of several
+    the sweep ran, named in its figure; None: the sweep's only one)."""
     if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
         return
     v = _mechanism_verdict(runs)
@@ -353,10 +353,11 @@ def _edge_lr_block(
     if not same_setting and not src.cur.empty:  # another setting: its own MX-vs-twin view
         from analysis import plots
 
+        at = "" if lr is None else f"_lr{lr:g}"
         doc.figure(
             plots.proxy_mechanism(src.cur, runs),
-            f"proxy_mechanism_{src.name}{suffix}.png",
-            f"MX vs fp32 twin ({src.name}{suffix.replace('_', ', ')})",
+            f"proxy_mechanism_{src.name}{at}.png",
+            f"MX vs fp32 twin ({src.name}{'' if lr is None else f', lr {lr:g}'})",
         )
     if same_setting:
         first = mech.runs[mech.runs["parent"].isna()]
@@ -395,13 +396,15 @@ def _lr_scan(doc: _Doc, mech: Source, edges: list[Source]) -> None:
     same = [s for s in [mech, *edges] if s.ran and all(s.setting(k) == mech.setting(k) for k, _ in SETTING)]
     runs = pd.concat([s.runs for s in same if not s.runs.empty])
     parents = runs[runs["parent"].isna() & runs["finished"]]
-    if parents["train.lr"].nunique() < 2:
-        return
     rows, verdicts = [], []
     for lr, g in parents.groupby("train.lr", sort=True):
+        if not g["norm_affine"].ne("none").any():  # γ unquantized only: no rate of γ in E4M3 to show
+            continue
         v = _mechanism_verdict(g)
         verdicts.append(v)
         rows.append({"lr": float(lr), "seeds": int(g["seed"].nunique()), **v.rates, "1.1's rule": v.verdict})
+    if len(rows) < 2:
+        return
     table = pd.DataFrame(rows)
     more = [f"{r['lr']:g}" for r, v in zip(rows, verdicts, strict=True) if v.verdict != NOT]
     rates = [v.k / v.n for v in verdicts]

@@ -10,7 +10,6 @@ the arithmetic (``quant.mx``) so that configs, policies and sweep planning never
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from quant.formats import (
@@ -73,7 +72,7 @@ class QuantSpec:
     ) -> QuantSpec:
         """Build a spec from names; a recipe name (``nvfp4``, ``mxfp8_e4m3`` …) brings its own
         element format, block size and scale and overrides those arguments."""
-        if isinstance(fmt, str) and fmt not in _elem_names():
+        if isinstance(fmt, str) and fmt not in ELEM_FORMATS:
             if fmt not in RECIPES:
                 raise ValueError(f"unknown format {fmt!r}; choose one of: {', '.join(precision_names())}")
             r = recipe(fmt)
@@ -87,8 +86,3 @@ class QuantSpec:
             Rounding(rounding),
             global_scale,
         )
-
-
-@functools.cache
-def _elem_names() -> frozenset[str]:
-    return frozenset(ELEM_FORMATS)

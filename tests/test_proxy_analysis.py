@@ -555,6 +555,10 @@ def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
     doc = _Doc(tmp_path / "results.md")
     _lr_scan(doc, mech, [wide])  # one LR at this setting: nothing to scan
     assert doc.lines == []
+    only_none = sweep("proxy_none_only", 0.006, 256, [none(0)])  # no γ in E4M3 at 6e-3: no rate, no row
+    doc = _Doc(tmp_path / "results.md")
+    _lr_scan(doc, mech, [only_none])  # divided 0 blow-ups by 0 seeds before
+    assert doc.lines == []
 
 
 def test_a_sweep_with_an_lr_axis_gets_one_block_per_lr(tmp_path):
