@@ -111,16 +111,17 @@ INLINE float quant_elem(float x, float S, float inv, const mx_params p) {
 
 /* Element-wise formats (no block scale): bf16 (grid = 0) rounds half to even at bit 16 of the fp32
  * pattern, which is also exact on bf16's subnormal grid, and saturates at bf16's max instead of
- * overflowing; other grids (fp16) use round_grid. Inf passes through, NaN stays NaN. */
+ * overflowing; other grids (fp16) use round_grid. Inf passes through, NaN stays NaN. Selects, not an
+ * early return, so that mx_round's loop vectorizes (bf16 is the same for the whole loop). */
 INLINE float round_elementwise(float v, int32_t bf16, const mx_params p) {
-    uint32_t u = f2u(v), a = u & 0x7fffffffu;
-    if (a >= 0x7f800000u) return v;
+    uint32_t u = f2u(v), a = u & 0x7fffffffu, sign = u & 0x80000000u, r;
     if (bf16) {
-        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        return (r & 0x7fffffffu) >= 0x7f800000u ? u2f((u & 0x80000000u) | 0x7f7f0000u) : u2f(r);
+        r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        r = (r & 0x7fffffffu) >= 0x7f800000u ? (sign | 0x7f7f0000u) : r;
+    } else {
+        r = f2u(round_grid(u2f(a), p.e_emin, p.e_mbits, p.elem_max)) | sign;
     }
-    float r = round_grid(u2f(a), p.e_emin, p.e_mbits, p.elem_max);
-    return u2f(f2u(r) | (u & 0x80000000u));
+    return u2f(a >= 0x7f800000u ? u : r);
 }
 
 /* Element types: |x| as bits, x as fp32, and the stores: of a finite value (fp32 -> bf16 rounds half
@@ -433,8 +434,7 @@ INLINE int64_t row_group_blocks(int64_t bs) { return bs >= 4096 ? 1 : (4096 / bs
         _Pragma("omp parallel for schedule(static) num_threads(threads)")                          \
         for (int64_t k = 0; k < n; ++k) {                                                          \
             float v = round_elementwise(load_##SUF(x, k), bf16, p);                               \
-            if (v != v) store_nan_##SUF(o, k);                                                     \
-            else store_##SUF(o, k, v);                                                             \
+            store_sel_##SUF(o, k, v, -(uint32_t)(v != v));                                         \
         }                                                                                          \
     }
 
