@@ -13,16 +13,20 @@ relative residuals (exactly, over the 7 active sets, for all grid points at once
 distinct grid points seed L-BFGS on the full Huber objective, and the best end point wins.
 
 Bootstrap intervals resample runs with replacement and refit (a coarser grid plus the full-data
-optimum as starts); intervals are percentiles.
+optimum as starts); intervals are percentiles. The resamples are drawn here, in order, and refitted
+on one process per core (``map_refits``): each refit is independent and deterministic, so the
+intervals are the same, bit for bit, as those of one loop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +50,35 @@ def single_threaded_blas() -> Iterator[None]:
     which on a busy machine made a fit 30× slower."""
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+PARALLEL_MIN_TASKS = 16  # fewer refits than this run in the caller: a worker's start (~1 s) would not pay
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _refit_chunk(fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+    with single_threaded_blas():
+        return [fn(t) for t in tasks]
+
+
+def map_refits(fn: Callable[[Any], Any], tasks: Sequence[Any], *, jobs: int | None = None) -> list[Any]:
+    """``[fn(t) for t in tasks]``, on one process per core (joblib's loky pool, reused between calls)
+    when there are at least ``PARALLEL_MIN_TASKS`` tasks. ``fn`` must pickle (a module-level function
+    or a ``functools.partial`` of one) and be deterministic; each process takes one contiguous share,
+    with one BLAS thread, and the results come back in order, so they equal the loop's."""
+    jobs = min(jobs or _cores(), len(tasks))
+    if jobs < 2 or len(tasks) < PARALLEL_MIN_TASKS:
+        return _refit_chunk(fn, tasks)
+    from joblib import Parallel, delayed
+
+    bounds = np.linspace(0, len(tasks), jobs + 1).round().astype(int)
+    shares = Parallel(n_jobs=jobs, backend="loky")(
+        delayed(_refit_chunk)(fn, tasks[a:b]) for a, b in itertools.pairwise(bounds)
+    )
+    return [r for share in shares for r in share]
 
 
 class InsufficientData(ValueError):
@@ -290,16 +323,9 @@ def fit_chinchilla(
     intervals: dict[str, tuple[float, float]] = {}
     if bootstrap > 0:
         rng = np.random.default_rng(seed)
-        coarse_a, coarse_b = ALPHA_GRID[::3], BETA_GRID[::3]
-        draws = []
-        for _ in range(bootstrap):
-            i = rng.integers(0, len(L), len(L))
-            if np.unique(N[i]).size < 2 or np.unique(D[i]).size < 2:
-                continue
-            xb, _ = fit_arrays(
-                N[i], D[i], L[i], delta=delta, alphas=coarse_a, betas=coarse_b, n_starts=1, extra_starts=(x,)
-            )
-            draws.append(_natural(xb))
+        picks = [rng.integers(0, len(L), len(L)) for _ in range(bootstrap)]
+        picks = [i for i in picks if np.unique(N[i]).size >= 2 and np.unique(D[i]).size >= 2]
+        draws = map_refits(functools.partial(_bootstrap_refit, N, D, L, delta, x), picks)
         if draws:
             arr = np.array(draws)
             q = 100 * np.array([(1 - ci) / 2, (1 + ci) / 2])
@@ -309,6 +335,15 @@ def fit_chinchilla(
         x, lnN, lnD, lnL, objective=float(obj), loss=loss, include_diverged=include_diverged,
         ci=intervals, ci_level=ci, n_bootstrap=bootstrap,
     )  # fmt: skip
+
+
+def _bootstrap_refit(N, D, L, delta: float, x: np.ndarray, i: np.ndarray) -> tuple[float, ...]:
+    """One bootstrap refit of the runs ``i`` (a coarser grid and the full-data optimum ``x`` as starts)."""
+    xb, _ = fit_arrays(
+        N[i], D[i], L[i], delta=delta, alphas=ALPHA_GRID[::3], betas=BETA_GRID[::3], n_starts=1,
+        extra_starts=(x,),
+    )  # fmt: skip
+    return _natural(xb)
 
 
 def _fit_from(x: np.ndarray, lnN, lnD, lnL, **fields) -> ChinchillaFit:

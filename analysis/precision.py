@@ -54,6 +54,7 @@ Bootstrap
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ from analysis.fits import (
     _r2,
     _usable,
     fit_arrays,
+    map_refits,
     objective,
     single_threaded_blas,
 )
@@ -205,6 +207,16 @@ def _refine_joint(
     return best_theta, best_v * delta
 
 
+def _bootstrap_multipliers(theta: np.ndarray, delta: float, boot: Sequence[Group]) -> np.ndarray | None:
+    """The multipliers m_P of one within-precision resample, refitted from the full-data optimum;
+    None where the refit fails or ends non-finite (the replicate is dropped)."""
+    try:
+        tb, _ = _refine_joint([theta], boot, delta, maxiter=BOOT_MAXITER, ftol=1e-10, gtol=1e-8)
+    except (FloatingPointError, ValueError, np.linalg.LinAlgError):
+        return None
+    return np.exp(tb[5:]) if np.all(np.isfinite(tb)) else None
+
+
 def _profile_shifts(x: np.ndarray, groups: Sequence[Group], delta: float) -> np.ndarray:
     """For each group, the log-shift on ``LOG_M_GRID`` that best fits its runs to the law x held fixed."""
     out = np.empty(len(groups))
@@ -293,18 +305,14 @@ def fit_precision_law(
     n_ok = 0
     if n_boot > 0:
         rng = np.random.default_rng(seed)
-        draws = []
+        boots = []
         for _ in range(n_boot):
             picks = [rng.integers(0, len(g[2]), len(g[2])) for g in groups]
             boot = [(g[0][i], g[1][i], g[2][i]) for g, i in zip(groups, picks, strict=True)]
-            if any(_distinct_points(b[0], b[1]) < 2 for b in boot):
-                continue
-            try:
-                tb, _ = _refine_joint([theta], boot, delta, maxiter=BOOT_MAXITER, ftol=1e-10, gtol=1e-8)
-            except (FloatingPointError, ValueError, np.linalg.LinAlgError):
-                continue
-            if np.all(np.isfinite(tb)):
-                draws.append(np.exp(tb[5:]))
+            if all(_distinct_points(b[0], b[1]) >= 2 for b in boot):
+                boots.append(boot)
+        refits = map_refits(functools.partial(_bootstrap_multipliers, theta, delta), boots)
+        draws = [m for m in refits if m is not None]
         n_ok = len(draws)
         if draws:
             q = 100 * np.array([(1 - ci) / 2, (1 + ci) / 2])

@@ -387,6 +387,33 @@ def test_fit_recovers_a_known_law():
     assert f.n_opt(C) == pytest.approx(G * (C / 6) ** (b / (a + b)), rel=0.25)
 
 
+def _pid(_task) -> int:
+    import os
+
+    return os.getpid()
+
+
+def test_map_refits_runs_on_worker_processes_in_order():
+    import os
+
+    tasks = list(range(fits.PARALLEL_MIN_TASKS + 3))
+    assert fits.map_refits(abs, [-t for t in tasks], jobs=2) == tasks  # order kept across the shares
+    pids = fits.map_refits(_pid, tasks, jobs=2)
+    assert os.getpid() not in pids and len(set(pids)) == 2  # two worker processes, one share each
+    assert set(fits.map_refits(_pid, tasks[:3], jobs=2)) == {os.getpid()}  # too few: in this process
+
+
+def test_bootstrap_on_worker_processes_equals_the_loop(monkeypatch):
+    """The resamples are drawn in the caller, so the pool gives the loop's intervals bit for bit."""
+    true = dict(E=1.7, A=400.0, B=1100.0, alpha=0.34, beta=0.28)
+    df = law_frame(true, STUDY_NS[::2], STUDY_CS, noise=0.01, seed=5)
+    pooled = fits.fit_chinchilla(df, bootstrap=fits.PARALLEL_MIN_TASKS, seed=1)
+    monkeypatch.setattr(fits, "_cores", lambda: 1)
+    looped = fits.fit_chinchilla(df, bootstrap=fits.PARALLEL_MIN_TASKS, seed=1)
+    assert pooled.ci == looped.ci and len(pooled.ci) == 5
+    assert all(lo < hi for lo, hi in pooled.ci.values())
+
+
 PROXY_REGIMES = (  # the MLP proxy's regime: losses ~1e-2, N ~ 1e4–1e6
     dict(E=0.005, A=3.0, B=40.0, alpha=0.5, beta=0.45),
     dict(E=0.002, A=1.0, B=20.0, alpha=0.5, beta=0.45),

@@ -56,6 +56,17 @@ def test_noisy_fit_recovers_multipliers_inside_bootstrap_intervals():
     print(f"200-sample bootstrap fit: {elapsed:.1f} s")  # ~3 s idle; not asserted (19 s on busy cores)
 
 
+def test_bootstrap_on_worker_processes_equals_the_loop(monkeypatch):
+    from analysis import fits
+
+    df = runs(noise=0.01, seed=2)
+    pooled = fit_precision_law(df, n_boot=fits.PARALLEL_MIN_TASKS, seed=3)
+    monkeypatch.setattr(fits, "_cores", lambda: 1)
+    looped = fit_precision_law(df, n_boot=fits.PARALLEL_MIN_TASKS, seed=3)
+    assert pooled.intervals == looped.intervals and pooled.n_boot == looped.n_boot == fits.PARALLEL_MIN_TASKS
+    assert all(lo < hi for p, (lo, hi) in pooled.intervals.items() if p != "bf16")
+
+
 def test_noiseless_fit_is_tight():
     f = fit_precision_law(runs(noise=0.0), n_boot=0)
     for p, m in MULTIPLIERS.items():
