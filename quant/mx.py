@@ -272,6 +272,10 @@ def quantize_spec(
         raise TypeError(f"quantize expects a float32/bfloat16/float16 tensor, got {x.dtype}")
     if spec.block_size is None:
         return _run(_fake_quant_elementwise, x, spec, _uniform(x, spec, generator))
+    if _backend in ("auto", "native") and native.supports(x, spec):
+        out = native.fake_quant_along(x, spec, axis)  # x's own layout: no views or copies
+        if out is not None:
+            return out
     x4, undo = _as_blocks(x, axis, spec.block_size)
     return undo(_run(_fake_quant_blocks, x4, spec, _uniform(x4, spec, generator)))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
@@ -189,26 +190,53 @@ def _threads(x: torch.Tensor) -> int:
 def fake_quant_blocks(x4: torch.Tensor, spec) -> torch.Tensor:
     """``quant.mx._fake_quant_blocks(x4, spec, None)`` for a (pre, nblocks, block, post) tensor that
     ``supports`` accepts: same values, bit for bit."""
-    kernels = _kernels()[x4.dtype]
-    x4 = x4.contiguous()
-    out = torch.empty_like(x4)
-    if x4.numel() == 0:
-        return out
-    threads, params = _threads(x4), _params(spec)
     pre, nb, bs, post = x4.shape
+    return _quantize(x4.contiguous(), spec, pre * nb, bs, post)
+
+
+def fake_quant_along(x: torch.Tensor, spec, axis: int) -> torch.Tensor | None:
+    """``quant.mx.quantize_spec(x, spec, axis=axis)`` straight from x's own memory, for an input that
+    ``supports`` accepts, whose blocks tile ``axis`` exactly and that is contiguous (or becomes so
+    with ``axis`` moved last, as ``W.t()`` does): a contiguous tensor *is* the kernel's (pre,
+    nblocks, block, post) layout, so no view, pad or copy is made (each costs microseconds, and a
+    tiny model quantizes ~30 tensors a step). None where that does not hold (ragged blocks, other
+    strides): the caller takes the general path."""
+    if not -x.dim() <= axis < x.dim():  # also a 0-d x; the general path raises or handles it
+        return None
+    axis %= x.dim()
+    bs = spec.block_size
+    if not x.is_contiguous():
+        moved = x.movedim(axis, -1)
+        if not moved.is_contiguous() or moved.shape[-1] % bs:
+            return None
+        return _quantize(moved, spec, moved.numel() // bs, bs, 1).movedim(-1, axis)
+    n = x.shape[axis]
+    if n % bs:
+        return None
+    post = math.prod(x.shape[axis + 1 :])
+    return _quantize(x, spec, x.numel() // (bs * post) if x.numel() else 0, bs, post)
+
+
+def _quantize(x: torch.Tensor, spec, ntiles: int, bs: int, post: int) -> torch.Tensor:
+    """The block kernel on a contiguous x seen as (ntiles, bs, post), blocks along the middle dim."""
+    kernels = _kernels()[x.dtype]
+    out = torch.empty_like(x)
+    if x.numel() == 0:
+        return out
+    threads, params = _threads(x), _params(spec)
     maxima = None
     if spec.global_scale:
         # Two passes: every block's amax (kept), whose largest is the tensor's amax; then
         # g = amax_tensor / (max_elem * max_scale) in fp32 with quant.mx's guard for 0, Inf and NaN.
-        maxima = torch.empty(pre * nb * post, dtype=torch.int32)
-        bits = kernels.block_maxima(x4.data_ptr(), maxima.data_ptr(), pre * nb, bs, post, threads)
+        maxima = torch.empty(ntiles * post, dtype=torch.int32)
+        bits = kernels.block_maxima(x.data_ptr(), maxima.data_ptr(), ntiles, bs, post, threads)
         g = np.array(bits, np.uint32).view(np.float32) / np.float32(spec.elem.max * spec.scale.max)
         params = _Params.from_buffer_copy(params)
         params.g = float(g) if g > 0 and np.isfinite(g) else 1.0
     kernels.quantize(
-        x4.data_ptr(),
+        x.data_ptr(),
         out.data_ptr(),
-        pre * nb,
+        ntiles,
         bs,
         post,
         None if maxima is None else maxima.data_ptr(),

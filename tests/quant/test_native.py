@@ -57,12 +57,13 @@ def build(request, monkeypatch):
 def calls(monkeypatch):
     """Counts calls of the C kernels, so a test knows the native path really ran."""
     n = {"calls": 0}
-    for name in ("fake_quant_blocks", "fake_quant_elementwise"):
+    for name in ("fake_quant_blocks", "fake_quant_elementwise", "fake_quant_along"):
         real = getattr(native, name)
 
-        def counted(x, spec, real=real):
-            n["calls"] += 1
-            return real(x, spec)
+        def counted(x, spec, *axis, real=real):
+            out = real(x, spec, *axis)
+            n["calls"] += out is not None  # fake_quant_along declines layouts it does not take
+            return out
 
         monkeypatch.setattr(native, name, counted)
     return n
@@ -99,6 +100,20 @@ def test_block_sizes_ragged_tails_and_axis0(block_size, axis, build, calls):
             eager, fast = _both(x, fmt, block_size=block_size, axis=axis, scale="ue4m3", global_scale=True)
             assert_bitwise(eager, fast, f"{fmt} ue4m3 global, block {block_size} axis {axis} {dtype}")
     assert calls["calls"] == 8
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_layouts_quantized_in_place_match_eager(dtype, calls):
+    """Layouts the kernel reads from the tensor's own memory (no view or copy): a contiguous tensor
+    blocked along any dim, and a transposed one (W.t()) blocked along its contiguous dim."""
+    x = hard_input((64, 96), dtype)
+    cases = [(x, -1), (x, 0), (x.reshape(2, 32, 96), 1), (x.t(), 0), (x.t().contiguous().t(), -1)]
+    for t, axis in cases:
+        for kw in ({}, {"scale": "ue4m3", "global_scale": True, "block_size": 16}):
+            eager, fast = _both(t, "fp8_e4m3", axis=axis, **kw)
+            assert_bitwise(eager, fast, f"shape {tuple(t.shape)} strides {t.stride()} axis {axis} {kw}")
+            assert fast.shape == t.shape
+    assert calls["calls"] == 2 * len(cases)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
