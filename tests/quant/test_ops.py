@@ -25,6 +25,8 @@ POLICIES = [
     QuantPolicy(w="nvfp4", a="mxfp6_e2m3", g_dgrad="bf16"),
     QuantPolicy(w="fp4_e2m1", a="fp4_e2m1", block_size=16, scale="ue5m3"),
     QuantPolicy(w="fp8_e4m3", a="bf16"),
+    QuantPolicy.uniform("bf16"),  # value-by-value formats: backward reuses the forward's rounded copies
+    QuantPolicy(w="bf16", a="fp16", w_bwd="fp16", g_dgrad="bf16", g_wgrad="fp16"),
 ]
 
 
@@ -57,6 +59,27 @@ def test_linear_matches_explicit_reference(policy, shape):
     assert torch.allclose(lin.bias.grad, db_ref)
     # Quantization really happened: the MX result differs from the fp32 one.
     assert not torch.equal(y, nn.functional.linear(x, lin.weight, lin.bias))
+
+
+def test_value_by_value_formats_are_rounded_once_per_tensor(monkeypatch):
+    """bf16 everywhere: x, W and dy are each rounded once (their rounding does not depend on the
+    GEMM's axis), not twice; a policy with blocks still quantizes all six operands."""
+    import quant.ops
+
+    calls = []
+    real = quant.ops.quantize_spec
+
+    def counted(x, spec, **kw):
+        calls.append(spec.elem.name)
+        return real(x, spec, **kw)
+
+    monkeypatch.setattr(quant.ops, "quantize_spec", counted)
+    x = _spread(48, 64).requires_grad_()
+    for policy, n in ((QuantPolicy.uniform("bf16"), 3), (QuantPolicy.uniform("fp8_e4m3"), 6)):
+        calls.clear()
+        lin = quant.convert(nn.Linear(64, 80, bias=False), policy)
+        lin(x).sum().backward()
+        assert len(calls) == n, (policy.w, calls)
 
 
 def test_forward_only_backward_is_high_precision():
