@@ -15,7 +15,7 @@ emulation is of the *values* an MX GEMM would consume; accumulation is fp32 as i
 The high-precision operands are saved for backward (as nn.Linear saves them) and each backward
 operand is quantized from them afresh, never from the already quantized forward copy. One exception
 computes the same values with less work: a format rounded value by value and deterministically (bf16,
-fp16; ``_axis_free``) gives the same result along any axis, so when the backward spec equals the
+fp16; ``_same_values``) gives the same result along any axis, so when the backward spec equals the
 forward one the forward's rounded copy is saved and used as is, and a gradient with the same such
 spec for dgrad and wgrad is rounded once (a bf16 step rounds 3 tensors per GEMM instead of 6).
 
