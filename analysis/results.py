@@ -197,6 +197,7 @@ LATE_SEARCH = (
     "proxy_late_norm10",
     "proxy_late_wide",
     "proxy_released_late",
+    "proxy_released_w512",
 )
 """The late-divergence search's presets (conf/experiment/), in the order they were run."""
 

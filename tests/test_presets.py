@@ -93,6 +93,7 @@ TINY = {
     "proxy_released_search": [*TINY_PROXY, "model.width=16"],
     "proxy_released": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_released_late": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
+    "proxy_released_w512": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "block_size_study": [
         "study.weights=false",
         "study.sigmas=[0.005,0.05]",
@@ -125,6 +126,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
     "proxy_released": (20, 0),  # branches are planned from the parents' records
     "proxy_released_late": (2, 0),
+    "proxy_released_w512": (2, 0),
 }
 
 
@@ -171,6 +173,7 @@ VARIANTS = {
     "proxy_released_search": "proxy_mechanism",
     "proxy_released": "proxy_mechanism_d128",
     "proxy_released_late": "proxy_late_search",
+    "proxy_released_w512": "proxy_released_late",
 }
 """Presets that only change values of a base preset (their defaults): they compose and expand below and
 ran at full size for docs/results.md; running each tiny again adds no code path, only suite time."""
