@@ -2,9 +2,11 @@
 # The README's main job: set up (idempotent), then
 #   1. a small complete LM precision study on this machine: experiment=lm_precisions (conf/experiment/)
 #      sliced to four formats (bf16, MXFP8 E4M3, MXFP6 E2M3, MXFP4 E2M1; weights, activations and
-#      gradients) × its four budgets and three model sizes (9 runs each) × one seed: 36 byte-level LMs on
-#      litmix, trained two at a time on the bounded local pool (hydra/launcher=pool), ~3–4 min on 2
-#      cores. Re-running it launches nothing already finished and resumes anything interrupted.
+#      gradients) × three of its four budgets (3e10, 1e11, 3e11 FLOPs: 10x apart; 2e11 is left out to
+#      keep the job under 5 minutes on 2 cores without AVX-512) and their model sizes (7 runs each) × one
+#      seed: 28 byte-level LMs on litmix, trained two at a time on the bounded local pool
+#      (hydra/launcher=pool), ~3–4 min on 2 cores. Re-running it launches nothing already finished and
+#      resumes anything interrupted.
 #   2. the sweep's status, then the analysis report: the precision-aware law (one effective-parameter
 #      multiplier per format, bootstrap intervals) first, Δ loss vs bf16, per-precision fits, figures.
 # Extra arguments go to the sweep, e.g. `bash scripts/main.sh sweep.dry_run=true`.
@@ -21,7 +23,7 @@ start=$(date +%s)
 formats='[{name:bf16,precision:bf16},{name:mxfp8_e4m3,precision:mxfp8_e4m3},'
 formats+='{name:mxfp6_e2m3,precision:mxfp6_e2m3},{name:mxfp4_e2m1,precision:mxfp4_e2m1}]'
 .venv/bin/python launch.py -m experiment=lm_precisions sweep.name="$name" logger=disabled \
-  "sweep.precisions=$formats" 'sweep.seeds=[0]' "$@"
+  "sweep.precisions=$formats" 'sweep.seeds=[0]' 'budget.flops=[3e10,1e11,3e11]' "$@"
 echo "sweep took $(($(date +%s) - start)) s"
 [[ -d $sweep_dir ]] || exit 0 # a dry run writes nothing
 .venv/bin/python launch.py --status "$sweep_dir"
