@@ -25,7 +25,6 @@ import dataclasses
 import functools
 import itertools
 import math
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +55,10 @@ PARALLEL_MIN_TASKS = 16  # fewer refits than this run in the caller: a worker's 
 
 
 def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores this process may use (joblib's count: CPU affinity and cgroup limits included)."""
+    from joblib import cpu_count
+
+    return cpu_count()
 
 
 def _refit_chunk(fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:

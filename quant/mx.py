@@ -205,8 +205,13 @@ def _can_compile() -> bool:
     return shutil.which(os.environ.get("CXX", "g++")) is not None
 
 
+def _native(x: torch.Tensor, spec: QuantSpec) -> bool:
+    """Whether the backend in force sends this input to the C kernel."""
+    return _backend in ("auto", "native") and native.supports(x, spec)
+
+
 def _run(fn, x: torch.Tensor, spec: QuantSpec, u: torch.Tensor | None) -> torch.Tensor:
-    if _backend in ("auto", "native") and native.supports(x, spec):
+    if _native(x, spec):
         return (native.fake_quant_blocks if fn is _fake_quant_blocks else native.fake_quant_elementwise)(
             x, spec
         )
@@ -272,7 +277,7 @@ def quantize_spec(
         raise TypeError(f"quantize expects a float32/bfloat16/float16 tensor, got {x.dtype}")
     if spec.block_size is None:
         return _run(_fake_quant_elementwise, x, spec, _uniform(x, spec, generator))
-    if _backend in ("auto", "native") and native.supports(x, spec):
+    if _native(x, spec):
         out = native.fake_quant_along(x, spec, axis)  # x's own layout: no views or copies
         if out is not None:
             return out

@@ -131,10 +131,11 @@ INLINE float load_f32(const float *x, int64_t i) { return x[i]; }
 INLINE void store_f32(float *o, int64_t i, float v) { o[i] = v; }
 INLINE uint32_t absbits_bf16(const uint16_t *x, int64_t i) { return (uint32_t)(x[i] & 0x7fffu) << 16; }
 INLINE float load_bf16(const uint16_t *x, int64_t i) { return u2f((uint32_t)x[i] << 16); }
-INLINE void store_bf16(uint16_t *o, int64_t i, float v) { /* v is never NaN here (Inf stays Inf) */
+INLINE uint16_t bf16_bits(float v) { /* fp32 -> bf16, half to even; v is never NaN here */
     uint32_t u = f2u(v);
-    o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+INLINE void store_bf16(uint16_t *o, int64_t i, float v) { o[i] = bf16_bits(v); }
 INLINE void store_nan_f32(float *o, int64_t i) { o[i] = u2f(0x7fc00000u); }
 /* The largest |x| of n contiguous values, as an fp32 bit pattern. */
 #define BLOCK_ABSMAX(T, SUF)                                                                       \
@@ -151,14 +152,12 @@ BLOCK_ABSMAX(uint16_t, bf16)
 INLINE void store_nan_bf16(uint16_t *o, int64_t i) { o[i] = 0x7fc0u; }
 /* Store v, or the NaN of store_nan_* where nan is all ones (its block holds NaN or Inf), as a bit
  * mask, not a branch or a ?: on the store: the column loop then vectorizes (about 8x faster with
- * GCC 12 on AVX2 than the branch of put_*). */
+ * GCC 12 on AVX2 than a per-element branch). */
 INLINE void store_sel_f32(float *o, int64_t i, float v, uint32_t nan) {
     o[i] = u2f((f2u(v) & ~nan) | (0x7fc00000u & nan));
 }
 INLINE void store_sel_bf16(uint16_t *o, int64_t i, float v, uint32_t nan) {
-    uint32_t u = f2u(v);
-    uint16_t r = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    o[i] = (uint16_t)((r & ~nan) | (0x7fc0u & nan));
+    o[i] = (uint16_t)((bf16_bits(v) & ~nan) | (0x7fc0u & nan));
 }
 
 /* Maxima of 16 blocks at once. One block per register and a horizontal max each costs a log2(bs)
