@@ -752,6 +752,62 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
     return fig
 
 
+def proxy_prefix_control(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
+    """Which MX prefix commits the blow-up: a row per seed, a column per parent variant (γ in E4M3,
+    γ unquantized); each panel the parent's train loss (black), the fp32 twin (grey dotted, the same in
+    both columns: fp32 from step 0) and the fp32 branch from the parent's checkpoint (colour). Log y."""
+    branches = runs[runs["parent"].notna()]
+    parents = runs[runs["run"].isin(set(branches["parent"]))]
+    seeds = sorted(parents["seed"].dropna().unique())
+    labels = list(dict.fromkeys(parents.sort_values("norm_affine", key=lambda s: s.eq("none"))["label"]))
+    nrows, ncols = max(1, len(seeds)), max(1, len(labels))
+    fig = Figure(figsize=(4.2 * ncols, 2.4 * nrows + 0.6), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey="row"))
+    for row, seed in enumerate(seeds):
+        for col, label in enumerate(labels):
+            ax = axes[row, col]
+            p = parents[(parents["seed"] == seed) & (parents["label"] == label)]
+            if p.empty:
+                ax.set_visible(False)
+                continue
+            c = curves[curves["run"] == p["run"].iloc[0]].sort_values("step")
+            ax.plot(c["step"], c["loss"], color="black", lw=1.0, label="parent")
+            if "twin_loss" in c:
+                t = c.dropna(subset=["twin_loss"])
+                ax.plot(
+                    t["step"], t["twin_loss"], color="grey", lw=0.9, ls=":", label="fp32 twin (from step 0)"
+                )
+            for _, b in branches[branches["parent"] == p["run"].iloc[0]].iterrows():
+                bc = curves[curves["run"] == b["run"]].sort_values("step")
+                ax.plot(
+                    bc["step"],
+                    bc["loss"],
+                    color="tab:red",
+                    lw=0.9,
+                    label=f"fp32 from step {b['branch_step']:.0f} ({b['variant']})",
+                )
+                ax.axvline(b["branch_step"], color="grey", lw=0.6, ls="--")
+            ax.set_title(f"{label}, seed {seed:.0f}", fontsize=9)
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+            if row == nrows - 1:
+                ax.set_xlabel("step")
+            if col == 0:
+                ax.set_ylabel("train loss")
+    if not seeds:
+        axes.flat[0].text(0.5, 0.5, "no branches", ha="center", va="center")
+    handles: dict = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    if handles:
+        # one figure column is too narrow for the legend in one row
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center",
+                   ncols=len(handles) if ncols > 1 else 1, fontsize=9)  # fmt: skip
+    _suptitle(fig, "fp32 from the same step of each parent: which prefix commits the blow-up", fontsize=11)
+    return fig
+
+
 # ---------------------------------------------------------------------------------------------
 # LM precision study (``analysis.lmstudy``; the report's precision-law and Δ-vs-bf16 sections)
 

@@ -241,6 +241,10 @@ RERUN_BRANCHES = (
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
 
+CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
+"""A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
+variants' parents branched into fp32 at the same step, to tell a γ-clamped prefix from any MX prefix."""
+
 
 @dataclass
 class _Verdict:
@@ -469,6 +473,7 @@ def proxy_claims(
     edges: list[Source],
     reruns: Sequence[Source] = (),
     pilots: Mapping[str, Source] | None = None,
+    controls: Sequence[tuple[Source, Source | None]] = (),
 ) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
@@ -595,6 +600,8 @@ def proxy_claims(
             "",
         )
         _intervention_block(doc, src, result, f"proxy_branches_{src.name}.png")
+    for src, repeated in controls:
+        _prefix_control(doc, src, repeated)
 
     # 1.4 -------------------------------------------------------------------------------------------
     title = "1.4 A late divergence (the study's canonical run: step ~5,090 of 9,000)"
@@ -747,6 +754,93 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
         from analysis import plots
 
         doc.figure(plots.proxy_branches(src.cur, result.runs), fig, f"parents and branches ({src.name})")
+
+
+def _outcome(run: pd.Series) -> str:
+    """One run's outcome in words, with its first spike."""
+    if not run["finished"]:
+        return "not finished"
+    word = "blew up" if run["blew_up"] else "stable" if run["stable"] else "spiked, not recovered"
+    spike = run.get("spike_step")
+    if pd.notna(spike):
+        word += f" (spike {spike:.0f}{', recovered' if run['stable'] else ''})"
+    return word
+
+
+def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
+    """The control of 1.3's early fp32 branches: each seed's γ-in-E4M3 and γ-unquantized parents both
+    branched into fp32 at one step. Its rule was fixed before it ran (the preset's header): the
+    γ-clamped prefix decides the blow-up when the fp32 branches of γ-in-E4M3 parents end unstable in
+    at least 2 more seeds than those of γ-unquantized parents."""
+    runs = src.runs
+    if not src.ran or runs.empty:
+        doc.add(f"Not run yet: `{src.command}` (the control of the early fp32 branches).", "")
+        return
+    step = src.setting("sweep.branch_step")
+    parents = runs[runs["parent"].isna()]
+    quantized = dict(zip(parents["run"], parents["norm_affine"].ne("none"), strict=True))
+    fp32 = runs[runs["parent"].notna() & runs["variant"].eq("no_mx")]
+    fp32 = fp32.assign(quantized=fp32["parent"].map(quantized))
+    done = fp32[fp32["finished"]]
+    unstable = {q: int((~g["stable"]).sum()) for q, g in done.groupby("quantized")}
+    n = {q: len(g) for q, g in done.groupby("quantized")}
+    rows = []
+    for seed, g in parents.sort_values("seed").groupby("seed"):
+        row: dict[str, Any] = {"seed": int(seed)}
+        twin = g["twin_stable"].dropna()  # the same fp32 trajectory beside either parent
+        row["fp32 twin (from step 0)"] = ("stable" if twin.iloc[0] else "unstable") if len(twin) else "–"
+        for _, p in g.sort_values("norm_affine", key=lambda s: s.eq("none")).iterrows():
+            name = "γ in E4M3" if quantized[p["run"]] else "γ unquantized"
+            b = fp32[fp32["parent"] == p["run"]]
+            row[name] = _outcome(p)
+            row[f"{name} → fp32 at step {step}"] = _outcome(b.iloc[0]) if not b.empty else "–"
+        rows.append(row)
+    wall = src.wall
+    doc.add(
+        f"**Control: does the γ-clamped prefix decide the blow-up?** (`{src.command}`, records "
+        f"`{_rel(src.path)}`, wall time as recorded {wall}): {_setting(src, None, parents)}; each seed's "
+        f"γ-in-E4M3 and γ-unquantized parents both branched into fp32 (`no_mx`) at step {step}. Rule, "
+        "fixed before it ran: the γ-clamped prefix decides when the fp32 branches of γ-in-E4M3 parents end "
+        "unstable (blew up, or spiked and did not recover) in at least 2 more seeds than those of "
+        "γ-unquantized parents.",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    )
+    if set(n) == {True, False}:
+        hot, cold = unstable[True], unstable[False]
+        if hot - cold >= 2:
+            verdict = "the γ-clamped prefix decides the blow-up: fp32 from the same step rescues the other"
+        elif cold - hot >= 2:
+            verdict = "the γ-unquantized prefix is the more fragile one: not the clamp mechanism"
+        else:
+            verdict = (
+                "the two prefixes leave fp32 about equally unstable: what the first steps decide is not "
+                "the γ clamp alone"
+            )
+        doc.add(
+            f"fp32 from step {step}: unstable in {hot} of {n[True]} seeds after γ in E4M3, in {cold} of "
+            f"{n[False]} after γ unquantized: {verdict}.",
+            "",
+        )
+    if repeated is not None and not repeated.runs.empty:
+        other = repeated.runs
+        key = ["label", "seed", "branch_step"]
+        hot_parents = [r for r, q in quantized.items() if q]
+        mine = runs[runs["run"].isin(hot_parents) | runs["parent"].isin(hot_parents)]
+        joined = mine.merge(other, on=key, suffixes=("", "_repeated"))
+        if not joined.empty:
+            same = int((joined["final_val_loss"] == joined["final_val_loss_repeated"]).sum())
+            doc.add(
+                f"Its γ-in-E4M3 parents and their fp32 branches repeat `{repeated.name}`'s runs: the same "
+                f"final val loss, to the bit, in {same} of {len(joined)}.",
+                "",
+            )
+    if not src.cur.empty:
+        from analysis import plots
+
+        doc.figure(plots.proxy_prefix_control(src.cur, runs), f"proxy_prefix_control_{src.name}.png",
+                   f"fp32 from step {step} of each parent ({src.name})")  # fmt: skip
 
 
 def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None) -> str:
@@ -1180,7 +1274,7 @@ def write_results(
     lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
              for n in LATE_SEARCH]  # fmt: skip
     loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
-              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH))}  # fmt: skip
+              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL))}  # fmt: skip
     edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
     searches = [loaded[n] for n in SEARCH]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
@@ -1208,7 +1302,8 @@ def write_results(
         "",
     )
     pilots = {name: loaded[pilot] for name, pilot in PILOT.items()}
-    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots)
+    controls = [(loaded[n], loaded.get(r)) for n, r in CONTROL.items()]
+    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots, controls)
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)

@@ -89,6 +89,13 @@ TINY = {
         "sweep.seeds=[0]",
         "sweep.branch_step=2",
     ],  # fmt: skip
+    "proxy_mechanism_d128_control": [
+        *TINY_PROXY,
+        "model.width=16",
+        "train.ckpt_every=1",
+        "sweep.seeds=[0]",
+        "sweep.branch_step=2",
+    ],  # fmt: skip
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "proxy_released_search": [*TINY_PROXY, "model.width=16"],
     "proxy_released": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
@@ -123,6 +130,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
+    "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
     "proxy_released": (20, 0),  # branches are planned from the parents' records
     "proxy_released_late": (2, 0),
@@ -170,6 +178,7 @@ VARIANTS = {
     "proxy_mechanism_d128": "proxy_mechanism",
     "proxy_mechanism_d128_early": "proxy_mechanism_d128",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
+    "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",
     "proxy_released": "proxy_mechanism_d128",
     "proxy_released_late": "proxy_late_search",

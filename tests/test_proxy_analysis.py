@@ -599,3 +599,72 @@ def test_a_sweep_with_an_lr_axis_gets_one_block_per_lr(tmp_path):
     assert "**0 of 2 seeds blew up**" in text and "**1 of 2 seeds blew up**" in text
     assert text.count("γ/β unquantized: not run in this sweep.") == 2
     assert "Fresh seeds at the same setting" not in text and "Pooled" not in text
+
+
+def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
+    """The control of 1.3's early fp32 branches: both variants' parents branched into fp32 at one step.
+    fp32 branches of γ-in-E4M3 parents unstable in ≥ 2 more seeds than those of γ-unquantized parents →
+    the clamped prefix decides; otherwise not. Its γ-in-E4M3 runs are compared, bit for bit, with the
+    re-run they repeat."""
+    from analysis.results import Source, _Doc, _prefix_control
+
+    def sweep(name, rows):
+        path = tmp_path / name
+        path.mkdir()
+        (path / "multirun.yaml").write_text(
+            "model:\n  width: 128\ntrain:\n  lr: 0.008\nsweep:\n  branch_step: 20\n"
+        )
+        src = Source(name, f"python launch.py -m experiment={name}", path)
+        src.df = pd.DataFrame(
+            [{**r, "train.steps": 2000, "model.width": 128, "train.lr": 0.008} for r in rows]
+        )
+        return src
+
+    def rows(hot_fail: int, cold_fail: int):
+        out = []
+        for s in range(3):
+            out.append(_run(f"ln_s{s}", "mx_ln", s, final=0.09, twin=0.03, spike=300, recovered=False))
+            out.append(_run(f"none_s{s}", "mx_none", s, final=0.03, twin=0.03, norm_affine="none"))
+            for parent, fail in ((f"ln_s{s}", s < hot_fail), (f"none_s{s}", s < cold_fail)):
+                label = f"{parent.split('_')[0].replace('ln', 'mx_ln').replace('none', 'mx_none')}→no_mx@20"
+                out.append(_run(f"{parent}_fp32", label, s, final=0.2 if fail else 0.031 + s / 1000,
+                                parent=parent, branch_step=20, spike=350 if fail else None,
+                                norm_affine="none"))  # fmt: skip
+        return out
+
+    decided = sweep("proxy_mechanism_d128_control", rows(3, 0))
+    steps = np.arange(0, 100, 10)
+    decided.cur = pd.DataFrame(
+        [
+            {"run": r, "step": k, "loss": 1.0 / (k + 1), "twin_loss": 0.9 / (k + 1)}
+            for r in decided.df["run"]
+            for k in steps
+        ]
+    )
+    repeated = sweep(
+        "proxy_mechanism_d128_step20", [r for r in rows(3, 0) if "ln_s" in r["run"] and r["train.seed"] != 2]
+    )
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    _prefix_control(doc, decided, repeated)
+    text = "\n".join(doc.lines)
+    assert "fp32 from step 20: unstable in 3 of 3 seeds after γ in E4M3, in 0 of 3 after γ unquantized: " \
+           "the γ-clamped prefix decides the blow-up" in text  # fmt: skip
+    assert (
+        "| 0 | stable | blew up (spike 300) | blew up (spike 350) | stable | stable |" in text
+    )  # a seed's row
+    assert "the same final val loss, to the bit, in 4 of 4." in text  # seeds 0-1: parent and branch each
+    figure = tmp_path / "docs" / "figures" / "proxy_prefix_control_proxy_mechanism_d128_control.png"
+    assert figure.stat().st_size > 10_000 and f"]({figure.relative_to(tmp_path / 'docs')})" in text
+
+    alike = sweep("alike", rows(2, 1))
+    doc = _Doc(tmp_path / "docs" / "alike.md")
+    _prefix_control(doc, alike, None)
+    text = "\n".join(doc.lines)
+    assert "unstable in 2 of 3 seeds after γ in E4M3, in 1 of 3 after γ unquantized: the two prefixes " \
+           "leave fp32 about equally unstable" in text  # fmt: skip
+    assert "to the bit" not in text
+
+    missing = Source("proxy_mechanism_d128_control", "python launch.py -m x", tmp_path / "nothing")
+    doc = _Doc(tmp_path / "docs" / "missing.md")
+    _prefix_control(doc, missing, None)
+    assert doc.lines[0] == "Not run yet: `python launch.py -m x` (the control of the early fp32 branches)."
