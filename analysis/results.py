@@ -824,23 +824,68 @@ def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
             "",
         )
     if repeated is not None and not repeated.runs.empty:
-        other = repeated.runs
-        key = ["label", "seed", "branch_step"]
-        hot_parents = [r for r, q in quantized.items() if q]
-        mine = runs[runs["run"].isin(hot_parents) | runs["parent"].isin(hot_parents)]
-        joined = mine.merge(other, on=key, suffixes=("", "_repeated"))
-        if not joined.empty:
-            same = int((joined["final_val_loss"] == joined["final_val_loss_repeated"]).sum())
-            doc.add(
-                f"Its γ-in-E4M3 parents and their fp32 branches repeat `{repeated.name}`'s runs: the same "
-                f"final val loss, to the bit, in {same} of {len(joined)}.",
-                "",
-            )
+        _repeat_line(doc, src, repeated, [r for r, q in quantized.items() if q])
     if not src.cur.empty:
         from analysis import plots
 
         doc.figure(plots.proxy_prefix_control(src.cur, runs), f"proxy_prefix_control_{src.name}.png",
                    f"fp32 from step {step} of each parent ({src.name})")  # fmt: skip
+
+
+def _repeat_line(doc: _Doc, src: Source, repeated: Source, parents: list[str]) -> None:
+    """``src``'s runs of ``parents`` and their branches against the same configs and seeds in
+    ``repeated``: equal to the bit, or where the fp32 twins first differ (then the fp32 arithmetic
+    itself differed: the hardware) and which parents' blow-ups that difference turned around."""
+    runs, other = src.runs, repeated.runs
+    mine = runs[runs["run"].isin(parents) | runs["parent"].isin(parents)]
+    joined = mine.merge(other, on=["label", "seed", "branch_step"], suffixes=("", "_repeated"))
+    if joined.empty:
+        return
+    same = int((joined["final_val_loss"] == joined["final_val_loss_repeated"]).sum())
+    line = (
+        f"Its γ-in-E4M3 parents and their fp32 branches repeat `{repeated.name}`'s runs (the same configs "
+        f"and seeds): the same final val loss, to the bit, in {same} of {len(joined)}."
+    )
+    pj = joined[joined["parent"].isna()]
+    if same < len(joined) and not pj.empty and not src.cur.empty and not repeated.cur.empty:
+        first = []
+        for _, r in pj.iterrows():
+            a = src.cur[src.cur["run"] == r["run"]].set_index("step")["twin_loss"]
+            b = repeated.cur[repeated.cur["run"] == r["run_repeated"]].set_index("step")["twin_loss"]
+            both = pd.concat([a, b], axis=1, join="inner").dropna()
+            differ = both[both.iloc[:, 0] != both.iloc[:, 1]]
+            if not differ.empty:
+                k = differ.index[0]
+                first.append((k, abs(differ.iloc[0, 0] / differ.iloc[0, 1] - 1)))
+        if first:
+            k = min(s for s, _ in first)
+            rel = max(d for s, d in first if s == k)
+            hw = [_hardware(repeated, pj["run_repeated"]), _hardware(src, pj["run"])]
+            line += (
+                f" Their fp32 twins already differ at step {k:.0f} (by {rel:.1g} relative): the two sweeps' "
+                f"fp32 arithmetic differed, i.e. the hardware (summary.json's `hardware`: {hw[0]} there, "
+                f"{hw[1]} here), not the code."
+            )
+        flipped = pj[pj["blew_up"] != pj["blew_up_repeated"]]
+        if not flipped.empty:
+            seeds = ", ".join(f"{s:.0f}" for s in sorted(flipped["seed"]))
+            line += (
+                f" That difference turned the outcome around in {len(flipped)} of {len(pj)} parents "
+                f"(blew up in one sweep, not in the other: seeds {seeds}): which seeds blow up is not fixed "
+                "by the seed."
+            )
+    doc.add(line, "")
+
+
+def _hardware(src: Source, runs: pd.Series) -> str:
+    """The CPU's vector ISA and thread count those runs recorded (records before the field: not recorded)."""
+    cols = [c for c in ("hardware.cpu_capability", "hardware.threads") if c in src.df]
+    if len(cols) < 2:
+        return "not recorded"
+    hw = src.df[src.df["run"].isin(set(runs))][cols].dropna().drop_duplicates()
+    if hw.empty:
+        return "not recorded"
+    return "; ".join(f"{c}, {int(n)} thread{'s' * (int(n) != 1)}" for c, n in hw.itertuples(index=False))
 
 
 def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None) -> str:

@@ -129,7 +129,7 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
 
 
 def environment() -> dict[str, Any]:
-    """Versions and the git revision (with a dirty flag) of the code that ran."""
+    """Versions and the git revision (with a dirty flag) of the code that ran, and the hardware."""
     return {
         "versions": {
             "torch": _version("torch"),
@@ -137,7 +137,24 @@ def environment() -> dict[str, Any]:
             "mxsweep": _version("mxsweep"),
         },
         "git": _git(),
+        "hardware": hardware(),
     }
+
+
+def hardware() -> dict[str, Any]:
+    """What besides the code decides a run's fp32 rounding: torch picks its CPU kernels by the vector
+    ISA it finds (``cpu_capability``: AVX2 and AVX-512 GEMMs sum in different orders) and splits
+    reductions by ``threads``. The same config and seed is bit-identical only where both agree; a
+    chaotic run (the proxy near its stability edge) can end elsewhere from a 1e-7 difference. Read from
+    torch only if the run imported it (this module stays torch-free)."""
+    hw: dict[str, Any] = {"machine": platform.machine()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        hw["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        hw["threads"] = torch.get_num_threads()
+        if torch.cuda.is_initialized():  # naming the GPU must not start CUDA in a CPU run
+            hw["cuda"] = torch.cuda.get_device_name()
+    return hw
 
 
 def _version(package: str) -> str | None:
@@ -175,6 +192,7 @@ __all__ = [
     "append_metrics",
     "config_yaml",
     "environment",
+    "hardware",
     "prepare",
     "read_metrics",
     "read_summary",

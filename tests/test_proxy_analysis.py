@@ -656,6 +656,27 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     figure = tmp_path / "docs" / "figures" / "proxy_prefix_control_proxy_mechanism_d128_control.png"
     assert figure.stat().st_size > 10_000 and f"]({figure.relative_to(tmp_path / 'docs')})" in text
 
+    # the same runs on other hardware: the fp32 twins differ from step 20 on, and seed 0 did not blow up
+    elsewhere = [
+        {**r, "hardware.cpu_capability": "AVX512", "hardware.threads": 1}
+        | ({"final_val_loss": 0.03, "spike_step": None, "recovered": None} if r["run"] == "ln_s0" else {})
+        for r in rows(3, 0)
+        if "ln_s" in r["run"]
+    ]
+    other = sweep("other_machine", elsewhere)
+    other.cur = decided.cur.assign(
+        twin_loss=lambda c: c["twin_loss"] * np.where(c["step"] >= 20, 1 + 3e-6, 1)
+    )
+    doc = _Doc(tmp_path / "docs" / "other.md")
+    _prefix_control(doc, decided, other)
+    text = "\n".join(doc.lines)
+    assert (
+        "the same final val loss, to the bit, in 5 of 6. Their fp32 twins already differ at step 20 (by "
+        "3e-06 relative): the two sweeps' fp32 arithmetic differed, i.e. the hardware (summary.json's "
+        "`hardware`: AVX512, 1 thread there, not recorded here), not the code. That difference turned the "
+        "outcome around in 1 of 3 parents (blew up in one sweep, not in the other: seeds 0)"
+    ) in text
+
     alike = sweep("alike", rows(2, 1))
     doc = _Doc(tmp_path / "docs" / "alike.md")
     _prefix_control(doc, alike, None)

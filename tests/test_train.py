@@ -101,6 +101,9 @@ def test_lm_loss_falls_and_record_is_complete(tmp_path):
     assert summary["N"] == LM_CFG.n_params and summary["D"] == 40 * 8 * 32
     assert summary["C"] == 6 * summary["N"] * summary["D"]
     assert summary["versions"]["torch"] == torch.__version__ and summary["median_step_time"] > 0
+    # what decides fp32 rounding besides the code: records from different CPUs can differ in the bits
+    assert summary["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert summary["hardware"]["threads"] == torch.get_num_threads()
     assert rows[-1]["tokens"] == summary["D"] and rows[-1]["epoch"] == pytest.approx(40 * 8 / 64)
     cfg = OmegaConf.load(tmp_path / "config.yaml")
     assert cfg.model.vocab_size == 256 and cfg.train.steps == 40
