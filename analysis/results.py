@@ -818,9 +818,17 @@ def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
                 "the two prefixes leave fp32 about equally unstable: what the first steps decide is not "
                 "the γ clamp alone"
             )
+        blew = dict(zip(parents["run"], parents["blew_up"], strict=True))
+        rescue = done[done["quantized"].astype(bool) & done["parent"].map(blew).astype(bool)]
+        rescued = (
+            f" Of the {len(rescue)} γ-in-E4M3 parents that blew up in this sweep, fp32 from step {step} "
+            f"avoided it in {int(rescue['stable'].sum())}."
+            if len(rescue)
+            else ""
+        )
         doc.add(
             f"fp32 from step {step}: unstable in {hot} of {n[True]} seeds after γ in E4M3, in {cold} of "
-            f"{n[False]} after γ unquantized: {verdict}.",
+            f"{n[False]} after γ unquantized: {verdict}.{rescued}",
             "",
         )
     if repeated is not None and not repeated.runs.empty:

@@ -649,6 +649,7 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     text = "\n".join(doc.lines)
     assert "fp32 from step 20: unstable in 3 of 3 seeds after γ in E4M3, in 0 of 3 after γ unquantized: " \
            "the γ-clamped prefix decides the blow-up" in text  # fmt: skip
+    assert "Of the 3 γ-in-E4M3 parents that blew up in this sweep, fp32 from step 20 avoided it in 0." in text
     assert (
         "| 0 | stable | blew up (spike 300) | blew up (spike 350) | stable | stable |" in text
     )  # a seed's row
