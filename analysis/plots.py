@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -697,6 +697,29 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     return fig
 
 
+def _loss_panel(ax, bottom: bool, left: bool) -> None:
+    """A train-loss-over-steps panel of a grid: log y, light grid, axis labels on the outer edge only."""
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    if bottom:
+        ax.set_xlabel("step")
+    if left:
+        ax.set_ylabel("train loss")
+
+
+def _legend_below(fig: Figure, axes: np.ndarray, any_data: bool, ncols: Callable[[int], int]) -> None:
+    """One legend under the figure for every panel's lines (each label once); an empty grid says so."""
+    if not any_data:
+        axes.flat[0].text(0.5, 0.5, "no branches", ha="center", va="center")
+    handles: dict = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=ncols(len(handles)),
+                   fontsize=9)  # fmt: skip
+
+
 def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 8) -> Figure:
     """Parent vs branches: a row per branched parent, a column per branch point (its earliest branch
     step first), each panel with the parent's train loss (black), its fp32 twin (grey dotted) and every
@@ -733,21 +756,8 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
             f = here["branch_at"].iloc[0] if "branch_at" in here else np.nan
             at = f"step {k:.0f} ({f:g}× spike)" if pd.notna(f) else f"step {k:.0f}"
             ax.set_title(f"{p['label']} seed {p['seed']:.0f}, branch at {at}", fontsize=9)
-            ax.set_yscale("log")
-            ax.grid(alpha=0.3)
-            if row == nrows - 1:
-                ax.set_xlabel("step")
-            if col == 0:
-                ax.set_ylabel("train loss")
-    if not parents:
-        axes.flat[0].text(0.5, 0.5, "no branches", ha="center", va="center")
-    handles: dict = {}
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(lab, h)
-    if handles:
-        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(4, len(handles)),
-                   fontsize=9)  # fmt: skip
+            _loss_panel(ax, row == nrows - 1, col == 0)
+    _legend_below(fig, axes, bool(parents), lambda n: min(4, n))
     _suptitle(fig, "Interventions branched from each parent before its spike", fontsize=11)
     return fig
 
@@ -788,22 +798,9 @@ def proxy_prefix_control(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
                 )
                 ax.axvline(b["branch_step"], color="grey", lw=0.6, ls="--")
             ax.set_title(f"{label}, seed {seed:.0f}", fontsize=9)
-            ax.set_yscale("log")
-            ax.grid(alpha=0.3)
-            if row == nrows - 1:
-                ax.set_xlabel("step")
-            if col == 0:
-                ax.set_ylabel("train loss")
-    if not seeds:
-        axes.flat[0].text(0.5, 0.5, "no branches", ha="center", va="center")
-    handles: dict = {}
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(lab, h)
-    if handles:
-        # one figure column is too narrow for the legend in one row
-        fig.legend(handles.values(), handles.keys(), loc="outside lower center",
-                   ncols=len(handles) if ncols > 1 else 1, fontsize=9)  # fmt: skip
+            _loss_panel(ax, row == nrows - 1, col == 0)
+    # one figure column is too narrow for the legend in one row
+    _legend_below(fig, axes, bool(seeds), lambda n: n if ncols > 1 else 1)
     _suptitle(fig, "fp32 from the same step of each parent: which prefix commits the blow-up", fontsize=11)
     return fig
 
