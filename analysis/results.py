@@ -756,14 +756,15 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
         doc.figure(plots.proxy_branches(src.cur, result.runs), fig, f"parents and branches ({src.name})")
 
 
-def _outcome(run: pd.Series) -> str:
-    """One run's outcome in words, with its first spike."""
+def _outcome(run: pd.Series, spike: bool = True) -> str:
+    """One run's outcome in words: "blew up", "stable", "unstable" (spiked, not recovered) or "not
+    finished"; with its first spike unless ``spike`` is false."""
     if not run["finished"]:
         return "not finished"
-    word = "blew up" if run["blew_up"] else "stable" if run["stable"] else "spiked, not recovered"
-    spike = run.get("spike_step")
-    if pd.notna(spike):
-        word += f" (spike {spike:.0f}{', recovered' if run['stable'] else ''})"
+    word = "blew up" if run["blew_up"] else "stable" if run["stable"] else "unstable"
+    at = run.get("spike_step")
+    if spike and pd.notna(at):
+        word += f" (spike {at:.0f}{', recovered' if run['stable'] else ''})"
     return word
 
 
@@ -782,8 +783,7 @@ def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
     fp32 = runs[runs["parent"].notna() & runs["variant"].eq("no_mx")]
     fp32 = fp32.assign(quantized=fp32["parent"].map(quantized))
     done = fp32[fp32["finished"]]
-    unstable = {q: int((~g["stable"]).sum()) for q, g in done.groupby("quantized")}
-    n = {q: len(g) for q, g in done.groupby("quantized")}
+    tally = {q: (int((~g["stable"]).sum()), len(g)) for q, g in done.groupby("quantized")}  # unstable, n
     rows = []
     for seed, g in parents.sort_values("seed").groupby("seed"):
         row: dict[str, Any] = {"seed": int(seed)}
@@ -795,10 +795,9 @@ def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
             row[name] = _outcome(p)
             row[f"{name} → fp32 at step {step}"] = _outcome(b.iloc[0]) if not b.empty else "–"
         rows.append(row)
-    wall = src.wall
     doc.add(
         f"**Control: does the γ-clamped prefix decide the blow-up?** (`{src.command}`, records "
-        f"`{_rel(src.path)}`, wall time as recorded {wall}): {_setting(src, None, parents)}; each seed's "
+        f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {_setting(src, None, parents)}; each seed's "
         f"γ-in-E4M3 and γ-unquantized parents both branched into fp32 (`no_mx`) at step {step}. Rule, "
         "fixed before it ran: the γ-clamped prefix decides when the fp32 branches of γ-in-E4M3 parents end "
         "unstable (blew up, or spiked and did not recover) in at least 2 more seeds than those of "
@@ -807,8 +806,8 @@ def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
         md_table(pd.DataFrame(rows)),
         "",
     )
-    if set(n) == {True, False}:
-        hot, cold = unstable[True], unstable[False]
+    if set(tally) == {True, False}:
+        (hot, n_hot), (cold, n_cold) = tally[True], tally[False]
         if hot - cold >= 2:
             verdict = "the γ-clamped prefix decides the blow-up: fp32 from the same step rescues the other"
         elif cold - hot >= 2:
@@ -827,8 +826,8 @@ def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
             else ""
         )
         doc.add(
-            f"fp32 from step {step}: unstable in {hot} of {n[True]} seeds after γ in E4M3, in {cold} of "
-            f"{n[False]} after γ unquantized: {verdict}.{rescued}",
+            f"fp32 from step {step}: unstable in {hot} of {n_hot} seeds after γ in E4M3, in {cold} of "
+            f"{n_cold} after γ unquantized: {verdict}.{rescued}",
             "",
         )
     if repeated is not None and not repeated.runs.empty:
@@ -939,9 +938,7 @@ def _control_outcome(runs: pd.DataFrame, seed: float) -> str:
     """The outcome of the seed's control (``proxy.control_run``): "blew up", "stable", "unstable"
     (spiked, not recovered), or "–" where there is none or it has not finished."""
     c = proxy.control_run(runs, seed)
-    if c is None or not c["finished"]:
-        return "–"
-    return "blew up" if c["blew_up"] else "stable" if c["stable"] else "unstable"
+    return "–" if c is None or not c["finished"] else _outcome(c, spike=False)
 
 
 def _late_findings(src: Source, baseline: dict[int, Any]) -> list[str]:
