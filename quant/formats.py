@@ -39,7 +39,6 @@ value, so the choice does not move results) and ``fp32`` (the exact amax/max "id
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -59,12 +58,15 @@ class Grid:
     mbits: int
     max: float
 
-    @functools.cached_property
+    # Plain properties, not functools.cached_property: its lock is a context manager dynamo cannot
+    # trace, so every read inside quant.mx's compiled function was a graph break (9 graphs per spec,
+    # some frames falling back to eager). Two float ops per read cost nothing beside a quantize call.
+    @property
     def emax(self) -> int:
         """Exponent of the largest binade (OCP ``emax_elem``)."""
         return math.floor(math.log2(self.max))
 
-    @functools.cached_property
+    @property
     def normal_steps(self) -> bool:
         """Every step 2**(e - mbits), e in [emin, emax + 1], is a normal fp32 power of two with room
         above it for 2**(e - mbits + 23): what ``quant.mx``'s add-trick rounding and the C kernel

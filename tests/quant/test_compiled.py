@@ -45,8 +45,10 @@ def _count_compiled_calls(monkeypatch):
 
 
 def _eager_and_compiled(x: torch.Tensor, fmt: str, seed: int | None = None, new_graph=True, **kw):
-    """(eager, compiled) results. The compiled call must go through torch.compile and, with
-    ``new_graph`` (no earlier test compiled this spec/dtype/rank), compile a frame."""
+    """(eager, compiled) results. The compiled call must go through torch.compile, in one graph (a
+    graph break splits the quantizer into several compiled frames with eager code between them: slower
+    to compile and to run), and, with ``new_graph`` (no earlier test compiled this spec/dtype/rank),
+    compile a frame."""
     gen = (lambda: torch.Generator().manual_seed(seed)) if seed is not None else (lambda: None)
     quant.set_backend("eager")
     eager = quant.quantize(x, fmt, generator=gen(), **kw)
@@ -55,6 +57,9 @@ def _eager_and_compiled(x: torch.Tensor, fmt: str, seed: int | None = None, new_
     compiled = quant.quantize(x, fmt, generator=gen(), **kw)
     assert len(_COMPILED_CALLS) > calls, "the compiled backend did not run torch.compile's function"
     assert not new_graph or counters["frames"]["ok"] > frames, "the compiled backend compiled nothing"
+    assert not counters["graph_break"], (
+        f"graph breaks in the compiled quantizer: {dict(counters['graph_break'])}"
+    )
     return eager, compiled
 
 
@@ -126,3 +131,17 @@ def test_specs_beyond_recompile_limit_stay_compiled():
         fmt, kw, dtype = param.values
         quant.quantize(x.to(dtype), fmt, **kw)
     assert counters["stats"]["unique_graphs"] > 8
+
+
+def test_a_fresh_grid_rounds_in_one_graph():
+    """Rounding onto a grid nothing has read yet traces as one graph (fullgraph: any graph break is an
+    error). The derived numbers of a Grid (emax, normal_steps) were functools.cached_property, whose
+    lock dynamo cannot enter: the first compiled quantize of a spec broke into 7 graphs. A fresh Grid
+    is needed to see it: the table's grids are cached by every eager call before."""
+    from quant.formats import Grid, Rounding
+
+    grid = Grid(emin=-6, mbits=3, max=448.0)  # E4M3's numbers in a new object: nothing cached on it
+    fn = torch.compile(quant.mx._round_to_grid, fullgraph=True, backend="eager")  # dynamo only
+    x = hard_input((4, 64), torch.float32)
+    compiled = fn(x, grid, Rounding.EVEN, None)  # first: an eager call would cache the properties
+    assert_bitwise(quant.mx._round_to_grid(x, grid, Rounding.EVEN, None), compiled, "E4M3 grid")
