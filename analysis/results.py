@@ -217,6 +217,7 @@ EDGE = (
     "proxy_mechanism_lr_fine",
     "proxy_mechanism_seeds",
     "proxy_mechanism_d128",
+    "proxy_mechanism_d128_b1024",
     "proxy_released",
 )
 """proxy_mechanism's comparison again (conf/experiment/): at another learning rate, width or teacher,
@@ -229,6 +230,10 @@ not use, the re-run is a pre-registered test of that setting."""
 RECORD_DEFAULTS = {"train.norm_lr_mult": 1.0, "model.teacher": "residual"}
 """Fields that records from before the field existed lack, and the value those runs ran with (the
 residual teacher is also proxy_mechanism's, the baseline of the late search)."""
+
+ONE_FACTOR = {"proxy_mechanism_d128_b1024": "proxy_mechanism_d128"}
+"""A re-run of EDGE that changes one setting of another sweep of EDGE (set before it ran, on that
+sweep's seeds) → that sweep: the report sets their outcomes side by side, seed by seed."""
 
 SEARCH = ("proxy_released_search",)
 """Pilot sweeps over several settings at once (conf/experiment/): reported in the search log only."""
@@ -308,6 +313,7 @@ def _edge_block(
     sweep ran several (an LR axis of ``hydra.sweeper.params``); fresh seeds at ``mech``'s setting are
     also pooled with its phase 1. ``pilots``: a re-run's name → the pilot sweep that chose its setting
     (``PILOT``), which says whether the re-run is a pre-registered test."""
+    by_name = {s.name: s for s in edges}
     for src in edges:
         runs = src.runs
         if runs.empty or runs["parent"].isna().sum() == 0:
@@ -321,6 +327,61 @@ def _edge_block(
         for lr in lrs if len(lrs) > 1 else [None]:
             at = runs if lr is None else runs[runs["train.lr"] == lr]
             _edge_lr_block(doc, src, at, mech, (pilots or {}).get(src.name), lr)
+        base = by_name.get(ONE_FACTOR.get(src.name, ""))
+        if base is not None:
+            _one_factor_block(doc, src, runs, base)
+
+
+def _one_factor_block(doc: _Doc, src: Source, runs: pd.DataFrame, base: Source) -> None:
+    """A one-factor re-run (``ONE_FACTOR``) beside its base sweep on the seeds both ran: each seed's
+    outcome with γ in E4M3 and with γ unquantized, there and here (same seed: same init and the same
+    data stream), and on those seeds how often each blew up and how often the fp32 twin was not stable."""
+    if not base.ran or base.runs.empty:
+        return
+    changed = [
+        (name, base.setting(key), src.setting(key))
+        for key, name in (*SETTING, ("train.lr", "lr"))
+        if src.setting(key) != base.setting(key)
+    ]
+    what = ", ".join(f"{name} {old} → {new}" for name, old, new in changed) or "no setting changed"
+    sides = {}  # (variant, sweep) → its finished phase-1 runs by seed
+    for tag, r in (("there", base.runs), ("here", runs)):
+        parents = r[r["parent"].isna() & r["finished"]]
+        for label, q in (("γ in E4M3", True), ("γ unquantized", False)):
+            g = parents[parents["norm_affine"].ne("none") == q]
+            sides[label, tag] = g.drop_duplicates("seed").set_index("seed")
+    seeds = sorted(set(sides["γ in E4M3", "there"].index) & set(sides["γ in E4M3", "here"].index))
+    if not seeds:
+        return
+    names = {"there": f"`{base.name}`", "here": "this sweep"}
+    rows = [
+        {"seed": int(s)}
+        | {
+            f"{label} ({names[tag]})": _outcome(at.loc[s]) if s in at.index else "–"
+            for (label, tag), at in sides.items()
+        }
+        for s in seeds
+    ]
+
+    def rate(label: str, column: str, value: bool) -> str:
+        there, here = (sides[label, tag].reindex(seeds) for tag in ("there", "here"))
+        k = [int(at[column].eq(value).sum()) for at in (there, here)]
+        n = [int(at[column].notna().sum()) for at in (there, here)]
+        return f"{k[0]}/{n[0]} → {k[1]}/{n[1]}"
+
+    e4m3 = [sides["γ in E4M3", tag].loc[seeds, "blew_up"].astype(bool) for tag in ("there", "here")]
+    same = int((e4m3[0] == e4m3[1]).sum())
+    doc.add(
+        f"**Beside `{base.name}`, seed by seed** ({what}, set before it ran; seeds "
+        f"{_seed_list([int(s) for s in seeds])} have the same init and data stream in both; "
+        f"`{base.name}` → this sweep): γ in E4M3 blew up {rate('γ in E4M3', 'blew_up', True)}, γ "
+        f"unquantized {rate('γ unquantized', 'blew_up', True)}, fp32 twins not stable "
+        f"{rate('γ in E4M3', 'twin_stable', False)}. With γ in E4M3 the same seeds blew up in both "
+        f"(or stayed clear of it in both) in {same} of {len(seeds)} seeds.",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    )
 
 
 def _edge_lr_block(
@@ -337,11 +398,15 @@ def _edge_lr_block(
         and _lr(src, runs) == mech.setting("train.lr")
         and all(src.setting(k) == mech.setting(k) for k, _ in SETTING)
     )
-    why = (
-        "Fresh seeds at the same setting: a replication of the rates above."
-        if same_setting
-        else _provenance(runs, pilot)
-    )
+    if same_setting:
+        why = "Fresh seeds at the same setting: a replication of the rates above."
+    elif src.name in ONE_FACTOR:
+        why = (
+            f"One setting of `{ONE_FACTOR[src.name]}` changed, fixed before it ran (the preset's header "
+            "says why); its seeds are that sweep's, compared seed by seed below."
+        )
+    else:
+        why = _provenance(runs, pilot)
     doc.add(
         f"**The same comparison at {_setting(src, mech, runs)}** (`{src.command}`, records "
         f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {v.sentence} By 1.1's rule this "

@@ -1,6 +1,7 @@
 """Every experiment preset (conf/experiment/) composes, expands, and runs end to end on a tiny budget:
 a preset nobody ran is a broken preset. The tiny overrides keep each preset's axes (all 25 W × A pairs,
-every recipe, the LR × depth × width params, both phases) and shrink sizes, steps and data."""
+every recipe, the LR × depth × width params, both phases) and shrink sizes, steps and data; paper_llm,
+precision_grid's grid on another model and data, runs 2 × 2 of its pairs."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ TINY = {
         "data.val_path=null",
         "data.vocab_size=null",
         "train.device=cpu",
+        "sweep.w=[fp8_e4m3,bf16]",  # precision_grid runs all 25 W × A pairs: the same code path
+        "sweep.a=[fp8_e4m3,bf16]",
     ],  # fmt: skip
     # the LR axis narrowed from the command line (a tested feature): 2 depths × 2 widths × 4 precisions
     "proxy_lr_sweep": [*TINY_PROXY, "train.twin_every=1", "train.lr=1e-3"],
@@ -75,6 +78,7 @@ TINY = {
     "proxy_mechanism_lr_fine": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[8]"],
     "proxy_mechanism_d128": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_mechanism_d128_b1024": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_early": [
         *TINY_PROXY,
         "model.width=16",
@@ -128,6 +132,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_lr_fine": (8, 0),  # γ in E4M3 only, × the 2 LRs of hydra.sweeper.params
     "proxy_mechanism_seeds": (16, 0),  # phase 1 only
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
+    "proxy_mechanism_d128_b1024": (16, 0),  # phase 1 only, 4× the batch
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
@@ -177,6 +182,7 @@ VARIANTS = {
     "proxy_mechanism_seeds": "proxy_mechanism",
     "proxy_mechanism_d128": "proxy_mechanism",
     "proxy_mechanism_d128_early": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_b1024": "proxy_mechanism_d128",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",
@@ -207,7 +213,7 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
     expected = {
         "precision_grid": 25,
         "hybrid_fixes": 5,
-        "paper_llm": 25,
+        "paper_llm": 4,  # narrowed to 2 × 2 from the command line
         "proxy_lr_sweep": 16,
         "proxy_late_search": 1,  # one seed × one norm-LR multiplier
         "proxy_late_drift": 1,

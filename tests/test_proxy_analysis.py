@@ -408,6 +408,61 @@ def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
     )
 
 
+def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
+    """A re-run that changes one setting of another sweep (results.ONE_FACTOR: batch 256 → 1024) names
+    the change, and sets each shared seed's outcomes beside the base sweep's, with the counts there →
+    here and in how many seeds γ in E4M3 had the same outcome."""
+    from analysis.results import Source, _Doc, _edge_block
+
+    def source(name, rows, batch):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "multirun.yaml").write_text(
+            f"train:\n  lr: 0.008\n  batch_size: {batch}\nmodel:\n  width: 128\n"
+        )
+        src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
+        src.df = pd.DataFrame(rows)
+        src.__dict__["runs"] = proxy.proxy_runs(src.df)
+        return src
+
+    def pair(seed, ln_final, twin=0.03, ln_status="done"):
+        return [
+            _run(f"ln_s{seed}", "mx_ln", seed, final=ln_final, twin=twin, status=ln_status),
+            _run(f"none_s{seed}", "mx_none", seed, final=0.03, twin=0.03, norm_affine="none"),
+        ]
+
+    # base: seeds 0 and 1 blew up (3×, diverged), seed 2 stable; seed 3 only there
+    base = source(
+        "proxy_mechanism_d128",
+        [*pair(0, 0.09), *pair(1, math.nan, ln_status="diverged"), *pair(2, 0.03), *pair(3, 0.09)],
+        256,
+    )
+    # here: seed 0 blew up again, seed 1 stable, seed 2 blew up, and seed 2's twin was not stable
+    here = source(
+        "proxy_mechanism_d128_b1024",
+        [*pair(0, 0.12), *pair(1, 0.031), *_run_twin_unstable(2)],
+        1024,
+    )
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [base, here])
+    text = "\n".join(doc.lines)
+    assert "One setting of `proxy_mechanism_d128` changed, fixed before it ran" in text
+    assert (
+        "**Beside `proxy_mechanism_d128`, seed by seed** (batch 256 → 1024, set before it ran; seeds 0–2"
+        in text
+    )
+    assert "γ in E4M3 blew up 2/3 → 2/3, γ unquantized 0/3 → 0/3, fp32 twins not stable 0/3 → 1/3" in text
+    assert "in 1 of 3 seeds" in text  # seed 0 blew up in both; seeds 1 and 2 turned around
+    row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+    assert row.split(" | ")[1:3] == ["blew up", "stable"]  # γ in E4M3: base, then this sweep
+
+
+def _run_twin_unstable(seed):
+    return [
+        _run(f"ln_s{seed}", "mx_ln", seed, final=0.2, twin=0.03, twin_diverged=700),
+        _run(f"none_s{seed}", "mx_none", seed, final=0.03, twin=0.03, norm_affine="none"),
+    ]
+
+
 def test_a_late_search_on_another_teacher_has_no_baseline_onsets(tmp_path):
     """The late search compares each seed's onset with proxy_mechanism's (residual teacher); a sweep on
     the released teacher is another task, so its line names the teacher and gives its own onsets only."""
