@@ -217,6 +217,7 @@ EDGE = (
     "proxy_mechanism_lr_fine",
     "proxy_mechanism_seeds",
     "proxy_mechanism_d128",
+    "proxy_mechanism_d128_b64",
     "proxy_mechanism_d128_b1024",
     "proxy_released",
 )
@@ -231,7 +232,10 @@ RECORD_DEFAULTS = {"train.norm_lr_mult": 1.0, "model.teacher": "residual"}
 """Fields that records from before the field existed lack, and the value those runs ran with (the
 residual teacher is also proxy_mechanism's, the baseline of the late search)."""
 
-ONE_FACTOR = {"proxy_mechanism_d128_b1024": "proxy_mechanism_d128"}
+ONE_FACTOR = {
+    "proxy_mechanism_d128_b64": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_b1024": "proxy_mechanism_d128",
+}
 """A re-run of EDGE that changes one setting of another sweep of EDGE (set before it ran, on that
 sweep's seeds) → that sweep: the report sets their outcomes side by side, seed by seed."""
 
@@ -459,36 +463,51 @@ def _seed_list(seeds: Sequence[int]) -> str:
     )
 
 
-def _lr_scan(doc: _Doc, mech: Source, edges: list[Source]) -> None:
-    """1.1's comparison over every learning rate run at ``mech``'s setting (its width, depth, batch,
-    teacher and label noise: ``mech`` and the re-runs of EDGE that share them), one row per LR, with
-    what 1.1's rule says of that LR's seeds pooled. Nothing when only one LR ran there."""
-    same = [s for s in [mech, *edges] if s.ran and all(s.setting(k) == mech.setting(k) for k, _ in SETTING)]
-    runs = pd.concat([s.runs for s in same if not s.runs.empty])
+SCANS = {
+    "train.lr": ("lr", "learning rate", "LR", "LRs", "the same init and batches"),
+    "train.batch_size": ("batch", "batch size", "batch size", "batch sizes", "the same init"),
+}
+"""A key 1.1's comparison is scanned over (``_scan``) → its column, its name in a sentence, one value,
+several, and what a seed shares across its values."""
+
+
+def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.lr") -> None:
+    """1.1's comparison over every value of ``key`` (``SCANS``) run at ``base``'s setting otherwise
+    (its width, depth, batch, teacher, label noise and LR, except ``key``: ``base`` and those of
+    ``sources`` that share them), one row per value, with what 1.1's rule says of that value's seeds
+    pooled. Nothing when only one value ran there."""
+    column, name, one, several, shared = SCANS[key]
+    fixed = [k for k in (*(k for k, _ in SETTING), "train.lr") if k != key]
+    unique = {s.name: s for s in [base, *sources]}.values()  # the base may be among the sources
+    same = [s for s in unique if s.ran and all(s.setting(k) == base.setting(k) for k in fixed)]
+    frames = [s.runs.assign(**{key: s.runs[key] if key in s.runs else s.setting(key)}) for s in same]
+    runs = pd.concat([f for f in frames if not f.empty]) if frames else pd.DataFrame()
+    if runs.empty:
+        return
     parents = runs[runs["parent"].isna() & runs["finished"]]
     rows, verdicts = [], []
-    for lr, g in parents.groupby("train.lr", sort=True):
+    for value, g in parents.groupby(key, sort=True):
         if not g["norm_affine"].ne("none").any():  # γ unquantized only: no rate of γ in E4M3 to show
             continue
         v = _mechanism_verdict(g)
         verdicts.append(v)
-        rows.append({"lr": float(lr), "seeds": int(g["seed"].nunique()), **v.rates, "1.1's rule": v.verdict})
+        rows.append({column: value, "seeds": int(g["seed"].nunique()), **v.rates, "1.1's rule": v.verdict})
     if len(rows) < 2:
         return
     table = pd.DataFrame(rows)
-    more = [f"{r['lr']:g}" for r, v in zip(rows, verdicts, strict=True) if v.verdict != NOT]
+    more = [f"{r[column]:g}" for r, v in zip(rows, verdicts, strict=True) if v.verdict != NOT]
     rates = [v.k / v.n for v in verdicts]
     monotone = all(a <= b for a, b in itertools.pairwise(rates))
     doc.add(
-        f"**Over the learning rate at `{mech.name}`'s setting** ({', '.join(f'`{s.name}`' for s in same)}; "
-        "a seed has the same init and batches at every LR, and an LR's seeds are pooled over its sweeps):",
+        f"**Over the {name} at `{base.name}`'s setting** ({', '.join(f'`{s.name}`' for s in same)}; "
+        f"a seed has {shared} at every {one}, and a {one}'s seeds are pooled over its sweeps):",
         "",
         md_table(table),
         "",
         f"γ in E4M3 blew up more often than its fp32 twins and than γ unquantized (where run) at "
-        f"{'lr ' + ', '.join(more) if more else 'no LR'}: {len(more)} of the {len(rows)} LRs. Its blow-up "
-        f"rate {'rises' if monotone else 'does not rise monotonically'} with the LR "
-        f"({', '.join(str(r['γ in E4M3 blew up']) for r in rows)}).",
+        f"{column + ' ' + ', '.join(more) if more else 'no ' + one}: {len(more)} of the {len(rows)} "
+        f"{several}. Its blow-up rate {'rises' if monotone else 'does not rise monotonically'} with the "
+        f"{one} ({', '.join(str(r['γ in E4M3 blew up']) for r in rows)}).",
         "",
     )
 
@@ -574,7 +593,11 @@ def proxy_claims(
 
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
         _edge_block(doc, edges, mech, pilots)
-        _lr_scan(doc, mech, edges)
+        _scan(doc, mech, edges, "train.lr")
+        for base in dict.fromkeys(ONE_FACTOR.values()):  # the one-factor re-runs' scans (batch size)
+            src = next((s for s in edges if s.name == base), None)
+            if src is not None:
+                _scan(doc, src, edges, "train.batch_size")
 
     # 1.2 -------------------------------------------------------------------------------------------
     rule = (

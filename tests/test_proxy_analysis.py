@@ -412,7 +412,7 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     """A re-run that changes one setting of another sweep (results.ONE_FACTOR: batch 256 → 1024) names
     the change, and sets each shared seed's outcomes beside the base sweep's, with the counts there →
     here and in how many seeds γ in E4M3 had the same outcome."""
-    from analysis.results import Source, _Doc, _edge_block
+    from analysis.results import PARTIAL, REPRODUCED, Source, _Doc, _edge_block, _scan
 
     def source(name, rows, batch):
         (tmp_path / name).mkdir()
@@ -454,6 +454,15 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     assert "in 1 of 3 seeds" in text  # seed 0 blew up in both; seeds 1 and 2 turned around
     row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
     assert row.split(" | ")[1:3] == ["blew up", "stable"]  # γ in E4M3: base, then this sweep
+
+    # the scan over the batch size at the base's setting: one row per batch size
+    doc = _Doc(tmp_path / "results.md")
+    _scan(doc, base, [base, here], "train.batch_size")
+    text = "\n".join(doc.lines)
+    assert "**Over the batch size at `proxy_mechanism_d128`'s setting**" in text
+    assert f"| 256 | 4 | 3/4 | 0/4 | 0/4 | {REPRODUCED} |" in text
+    assert f"| 1024 | 3 | 2/3 | 0/3 | 1/3 | {PARTIAL} |" in text
+    assert "does not rise monotonically with the batch size (3/4, 2/3)" in text
 
 
 def _run_twin_unstable(seed):
@@ -557,7 +566,7 @@ def test_one_column_proxy_figures_keep_their_titles_inside():
 def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
     """1.1 over the LR: one row per LR run at proxy_mechanism's setting (a sweep at another width is
     left out), with the rates of γ in E4M3, γ unquantized and the fp32 twins, and 1.1's rule there."""
-    from analysis.results import NOT, REPRODUCED, Source, _Doc, _lr_scan
+    from analysis.results import NOT, REPRODUCED, Source, _Doc, _scan
 
     def sweep(name, lr, width, rows, teacher=""):
         path = tmp_path / name
@@ -586,7 +595,7 @@ def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
         "proxy_wide", 0.01, 512, [_run("ln_s0", "mx_ln", 0, final=math.nan, twin=0.03, status="diverged")]
     )
     doc = _Doc(tmp_path / "results.md")
-    _lr_scan(doc, mech, [low, wide])
+    _scan(doc, mech, [low, wide])
     text = "\n".join(doc.lines)
     assert "`proxy_mechanism`, `proxy_mechanism_lr3`;" in text and "proxy_wide" not in text
     table = [line for line in text.splitlines() if line.startswith("| 0.00")]
@@ -600,7 +609,7 @@ def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
     )
     high = sweep("proxy_mechanism_lr5", 0.005, 256, [_run("ln_s0", "mx_ln", 0, final=0.03, twin=0.03)])
     doc = _Doc(tmp_path / "results.md")
-    _lr_scan(doc, mech, [low, high])  # a peak at 4e-3, no γ-unquantized arm at 5e-3
+    _scan(doc, mech, [low, high])  # a peak at 4e-3, no γ-unquantized arm at 5e-3
     text = "\n".join(doc.lines)
     assert "| 0.005 | 1 | 0/1 | – | 0/1 |" in text
     assert (
@@ -608,11 +617,11 @@ def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
         "(0/2, 2/2, 0/1)" in text
     )
     doc = _Doc(tmp_path / "results.md")
-    _lr_scan(doc, mech, [wide])  # one LR at this setting: nothing to scan
+    _scan(doc, mech, [wide])  # one LR at this setting: nothing to scan
     assert doc.lines == []
     only_none = sweep("proxy_none_only", 0.006, 256, [none(0)])  # no γ in E4M3 at 6e-3: no rate, no row
     doc = _Doc(tmp_path / "results.md")
-    _lr_scan(doc, mech, [only_none])  # divided 0 blow-ups by 0 seeds before
+    _scan(doc, mech, [only_none])  # divided 0 blow-ups by 0 seeds before
     assert doc.lines == []
 
 
