@@ -360,9 +360,9 @@ def _one_factor_block(doc: _Doc, src: Source, runs: pd.DataFrame, base: Source) 
     names = {"there": f"`{base.name}`", "here": "this sweep"}
     rows = [
         {"seed": int(s)}
-        | {
+        | {  # each variant there, then here
             f"{label} ({names[tag]})": _outcome(at.loc[s]) if s in at.index else "–"
-            for (label, tag), at in sides.items()
+            for (label, tag), at in sorted(sides.items(), key=lambda kv: kv[0][0] != "γ in E4M3")
         }
         for s in seeds
     ]

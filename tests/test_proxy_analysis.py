@@ -452,6 +452,8 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     )
     assert "γ in E4M3 blew up 2/3 → 2/3, γ unquantized 0/3 → 0/3, fp32 twins not stable 0/3 → 1/3" in text
     assert "in 1 of 3 seeds" in text  # seed 0 blew up in both; seeds 1 and 2 turned around
+    header = next(line for line in text.splitlines() if line.startswith("| seed |"))
+    assert header.split(" | ")[1:3] == ["γ in E4M3 (`proxy_mechanism_d128`)", "γ in E4M3 (this sweep)"]
     row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
     assert row.split(" | ")[1:3] == ["blew up", "stable"]  # γ in E4M3: base, then this sweep
 
