@@ -336,10 +336,25 @@ def _edge_block(
             _one_factor_block(doc, src, runs, base)
 
 
+def _one_factor_scans(edges: Sequence[Source]) -> list[tuple[Source, str]]:
+    """(base sweep, key) for each key of ``SCANS`` that a one-factor re-run (``ONE_FACTOR``) changed
+    from its base, once each: the scans over that key at the base's setting."""
+    by_name = {s.name: s for s in edges}
+    out: dict[tuple[str, str], tuple[Source, str]] = {}
+    for name, base_name in ONE_FACTOR.items():
+        src, base = by_name.get(name), by_name.get(base_name)
+        if src is None or base is None:
+            continue
+        for key in SCANS:
+            if src.setting(key) != base.setting(key):
+                out.setdefault((base_name, key), (base, key))
+    return list(out.values())
+
+
 def _one_factor_block(doc: _Doc, src: Source, runs: pd.DataFrame, base: Source) -> None:
     """A one-factor re-run (``ONE_FACTOR``) beside its base sweep on the seeds both ran: each seed's
-    outcome with γ in E4M3 and with γ unquantized, there and here (same seed: same init and the same
-    data stream), and on those seeds how often each blew up and how often the fp32 twin was not stable."""
+    outcome with γ in E4M3 and with γ unquantized, there and here (same seed: same init), and on those
+    seeds how often each blew up and how often the fp32 twin was not stable."""
     if not base.ran or base.runs.empty:
         return
     changed = [
@@ -377,7 +392,7 @@ def _one_factor_block(doc: _Doc, src: Source, runs: pd.DataFrame, base: Source) 
     same = int((e4m3[0] == e4m3[1]).sum())
     doc.add(
         f"**Beside `{base.name}`, seed by seed** ({what}, set before it ran; seeds "
-        f"{_seed_list([int(s) for s in seeds])} have the same init and data stream in both; "
+        f"{_seed_list([int(s) for s in seeds])} have the same init in both; "
         f"`{base.name}` → this sweep): γ in E4M3 blew up {rate('γ in E4M3', 'blew_up', True)}, γ "
         f"unquantized {rate('γ unquantized', 'blew_up', True)}, fp32 twins not stable "
         f"{rate('γ in E4M3', 'twin_stable', False)}. With γ in E4M3 the same seeds blew up in both "
@@ -594,10 +609,8 @@ def proxy_claims(
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
         _edge_block(doc, edges, mech, pilots)
         _scan(doc, mech, edges, "train.lr")
-        for base in dict.fromkeys(ONE_FACTOR.values()):  # the one-factor re-runs' scans (batch size)
-            src = next((s for s in edges if s.name == base), None)
-            if src is not None:
-                _scan(doc, src, edges, "train.batch_size")
+        for base, key in _one_factor_scans(edges):
+            _scan(doc, base, edges, key)
 
     # 1.2 -------------------------------------------------------------------------------------------
     rule = (

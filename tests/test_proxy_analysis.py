@@ -412,7 +412,7 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     """A re-run that changes one setting of another sweep (results.ONE_FACTOR: batch 256 → 1024) names
     the change, and sets each shared seed's outcomes beside the base sweep's, with the counts there →
     here and in how many seeds γ in E4M3 had the same outcome."""
-    from analysis.results import PARTIAL, REPRODUCED, Source, _Doc, _edge_block, _scan
+    from analysis.results import PARTIAL, REPRODUCED, Source, _Doc, _edge_block, _one_factor_scans, _scan
 
     def source(name, rows, batch):
         (tmp_path / name).mkdir()
@@ -457,7 +457,9 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
     assert row.split(" | ")[1:3] == ["blew up", "stable"]  # γ in E4M3: base, then this sweep
 
-    # the scan over the batch size at the base's setting: one row per batch size
+    # the scan over the batch size at the base's setting (the key the re-run changed): a row per batch
+    scans = [(b.name, key) for b, key in _one_factor_scans([base, here])]
+    assert scans == [("proxy_mechanism_d128", "train.batch_size")]
     doc = _Doc(tmp_path / "results.md")
     _scan(doc, base, [base, here], "train.batch_size")
     text = "\n".join(doc.lines)
