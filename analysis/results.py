@@ -219,6 +219,7 @@ EDGE = (
     "proxy_mechanism_d128",
     "proxy_mechanism_d128_b64",
     "proxy_mechanism_d128_b1024",
+    "proxy_mechanism_d128_seeds",
     "proxy_released",
 )
 """proxy_mechanism's comparison again (conf/experiment/): at another learning rate, width or teacher,
@@ -238,6 +239,10 @@ ONE_FACTOR = {
 }
 """A re-run of EDGE that changes one setting of another sweep of EDGE (set before it ran, on that
 sweep's seeds) → that sweep: the report sets their outcomes side by side, seed by seed."""
+
+REPLICATION = {"proxy_mechanism_d128_seeds": "proxy_mechanism_d128"}
+"""A re-run of EDGE on fresh seeds at another sweep of EDGE's setting → that sweep (a replication of its
+rates; the scans pool them). proxy_mechanism's own replication is told by its setting instead."""
 
 SEARCH = ("proxy_released_search",)
 """Pilot sweeps over several settings at once (conf/experiment/): reported in the search log only."""
@@ -419,6 +424,8 @@ def _edge_lr_block(
     )
     if same_setting:
         why = "Fresh seeds at the same setting: a replication of the rates above."
+    elif src.name in REPLICATION:
+        why = f"Fresh seeds at `{REPLICATION[src.name]}`'s setting: a replication of its rates."
     elif src.name in ONE_FACTOR:
         why = (
             f"One setting of `{ONE_FACTOR[src.name]}` changed, fixed before it ran (the preset's header "

@@ -80,6 +80,7 @@ TINY = {
     "proxy_mechanism_d128": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_b1024": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_b64": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_mechanism_d128_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[16]"],
     "proxy_mechanism_d128_early": [
         *TINY_PROXY,
         "model.width=16",
@@ -135,6 +136,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
     "proxy_mechanism_d128_b1024": (16, 0),  # phase 1 only, 4× the batch
     "proxy_mechanism_d128_b64": (32, 0),  # phase 1 only, a quarter of the batch, 16 seeds
+    "proxy_mechanism_d128_seeds": (32, 0),  # phase 1 only, fresh seeds 16–31
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
@@ -186,6 +188,7 @@ VARIANTS = {
     "proxy_mechanism_d128_early": "proxy_mechanism_d128",
     "proxy_mechanism_d128_b1024": "proxy_mechanism_d128",
     "proxy_mechanism_d128_b64": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_seeds": "proxy_mechanism_d128",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",

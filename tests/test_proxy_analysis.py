@@ -412,7 +412,7 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     """A re-run that changes one setting of another sweep (results.ONE_FACTOR: batch 256 → 1024) names
     the change, and sets each shared seed's outcomes beside the base sweep's, with the counts there →
     here and in how many seeds γ in E4M3 had the same outcome."""
-    from analysis.results import PARTIAL, REPRODUCED, Source, _Doc, _edge_block, _one_factor_scans, _scan
+    from analysis.results import PARTIAL, Source, _Doc, _edge_block, _one_factor_scans, _scan
 
     def source(name, rows, batch):
         (tmp_path / name).mkdir()
@@ -457,16 +457,24 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
     assert row.split(" | ")[1:3] == ["blew up", "stable"]  # γ in E4M3: base, then this sweep
 
+    # fresh seeds at the base's setting (results.REPLICATION): a replication, no seed-by-seed table
+    fresh = source("proxy_mechanism_d128_seeds", [*pair(16, 0.09), *pair(17, 0.03), *pair(18, 0.03)], 256)
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [base, fresh])
+    text = "\n".join(doc.lines)
+    assert "Fresh seeds at `proxy_mechanism_d128`'s setting: a replication of its rates." in text
+    assert "seed by seed" not in text
+
     # the scan over the batch size at the base's setting (the key the re-run changed): a row per batch
     scans = [(b.name, key) for b, key in _one_factor_scans([base, here])]
     assert scans == [("proxy_mechanism_d128", "train.batch_size")]
     doc = _Doc(tmp_path / "results.md")
-    _scan(doc, base, [base, here], "train.batch_size")
+    _scan(doc, base, [base, here, fresh], "train.batch_size")
     text = "\n".join(doc.lines)
     assert "**Over the batch size at `proxy_mechanism_d128`'s setting**" in text
-    assert f"| 256 | 4 | 3/4 | 0/4 | 0/4 | {REPRODUCED} |" in text
+    assert f"| 256 | 7 | 4/7 | 0/7 | 0/7 | {PARTIAL} |" in text  # pooled with the fresh seeds
     assert f"| 1024 | 3 | 2/3 | 0/3 | 1/3 | {PARTIAL} |" in text
-    assert "does not rise monotonically with the batch size (3/4, 2/3)" in text
+    assert "Its blow-up rate rises with the batch size (4/7, 2/3)" in text
 
 
 def _run_twin_unstable(seed):
