@@ -350,10 +350,20 @@ def _one_factor_scans(edges: Sequence[Source]) -> list[tuple[Source, str]]:
         src, base = by_name.get(name), by_name.get(base_name)
         if src is None or base is None:
             continue
-        for key in SCANS:
-            if src.setting(key) != base.setting(key):
+        for key, *_ in _changed(src, base):
+            if key in SCANS:
                 out.setdefault((base_name, key), (base, key))
     return list(out.values())
+
+
+def _changed(src: Source, base: Source) -> list[tuple[str, str, Any, Any]]:
+    """The settings (``SETTING`` and the LR) in which ``src`` differs from ``base``: (key, its name,
+    base's value, src's value)."""
+    return [
+        (key, name, base.setting(key), src.setting(key))
+        for key, name in (*SETTING, ("train.lr", "lr"))
+        if src.setting(key) != base.setting(key)
+    ]
 
 
 def _one_factor_block(doc: _Doc, src: Source, runs: pd.DataFrame, base: Source) -> None:
@@ -362,12 +372,8 @@ def _one_factor_block(doc: _Doc, src: Source, runs: pd.DataFrame, base: Source) 
     seeds how often each blew up and how often the fp32 twin was not stable."""
     if not base.ran or base.runs.empty:
         return
-    changed = [
-        (name, base.setting(key), src.setting(key))
-        for key, name in (*SETTING, ("train.lr", "lr"))
-        if src.setting(key) != base.setting(key)
-    ]
-    what = ", ".join(f"{name} {old} → {new}" for name, old, new in changed) or "no setting changed"
+    changed = _changed(src, base)
+    what = ", ".join(f"{name} {old} → {new}" for _, name, old, new in changed) or "no setting changed"
     sides = {}  # (variant, sweep) → its finished phase-1 runs by seed
     for tag, r in (("there", base.runs), ("here", runs)):
         parents = r[r["parent"].isna() & r["finished"]]
