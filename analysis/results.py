@@ -22,10 +22,10 @@ import os
 import shutil
 import subprocess
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -208,6 +208,7 @@ SETTING = (
     ("train.batch_size", "batch"),
     ("model.teacher", "teacher"),
     ("model.noise_std", "label noise"),
+    ("train.betas", "Adam betas"),
 )
 """The keys that tell one proxy setting from another (with ``train.lr``), and their names."""
 
@@ -220,6 +221,9 @@ EDGE = (
     "proxy_mechanism_d128_b64",
     "proxy_mechanism_d128_b1024",
     "proxy_mechanism_d128_seeds",
+    "proxy_mechanism_d128_beta95",
+    "proxy_mechanism_d128_beta99",
+    "proxy_mechanism_beta95",
     "proxy_released",
 )
 """proxy_mechanism's comparison again (conf/experiment/): at another learning rate, width or teacher,
@@ -229,13 +233,17 @@ PILOT = {"proxy_released": "proxy_released_search"}
 """A re-run of EDGE → the pilot sweep (of SEARCH) whose runs chose its setting: on seeds the pilot did
 not use, the re-run is a pre-registered test of that setting."""
 
-RECORD_DEFAULTS = {"train.norm_lr_mult": 1.0, "model.teacher": "residual"}
-"""Fields that records from before the field existed lack, and the value those runs ran with (the
-residual teacher is also proxy_mechanism's, the baseline of the late search)."""
+RECORD_DEFAULTS = {"train.norm_lr_mult": 1.0, "model.teacher": "residual", "train.betas": [0.9, 0.999]}
+"""Fields that records from before the field existed lack (or leave null, for the task's default), and
+the value those runs ran with (the residual teacher is also proxy_mechanism's, the baseline of the late
+search; Adam's betas are the proxy task's default, ``train.objectives``)."""
 
 ONE_FACTOR = {
     "proxy_mechanism_d128_b64": "proxy_mechanism_d128",
     "proxy_mechanism_d128_b1024": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_beta95": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_beta99": "proxy_mechanism_d128",
+    "proxy_mechanism_beta95": "proxy_mechanism",
 }
 """A re-run of EDGE that changes one setting of another sweep of EDGE (set before it ran, on that
 sweep's seeds) → that sweep: the report sets their outcomes side by side, seed by seed."""
@@ -244,11 +252,13 @@ REPLICATION = {"proxy_mechanism_d128_seeds": "proxy_mechanism_d128"}
 """A re-run of EDGE on fresh seeds at another sweep of EDGE's setting → that sweep (a replication of its
 rates; the scans pool them). proxy_mechanism's own replication is told by its setting instead."""
 
-SEARCH = ("proxy_released_search",)
+SEARCH = ("proxy_released_search", "proxy_beta95_search")
 """Pilot sweeps over several settings at once (conf/experiment/): reported in the search log only."""
 
 RERUN_BRANCHES = (
     "proxy_mechanism_d128",
+    "proxy_mechanism_d128_beta95",
+    "proxy_mechanism_d128_beta99",
     "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_step20",
     "proxy_released",
@@ -322,7 +332,7 @@ def _edge_block(
     sweep ran several (an LR axis of ``hydra.sweeper.params``); fresh seeds at ``mech``'s setting are
     also pooled with its phase 1. ``pilots``: a re-run's name → the pilot sweep that chose its setting
     (``PILOT``), which says whether the re-run is a pre-registered test."""
-    by_name = {s.name: s for s in edges}
+    by_name = {s.name: s for s in (*edges, *([mech] if mech is not None else []))}
     for src in edges:
         runs = src.runs
         if runs.empty or runs["parent"].isna().sum() == 0:
@@ -491,12 +501,23 @@ def _seed_list(seeds: Sequence[int]) -> str:
     )
 
 
+class _Scan(NamedTuple):
+    column: str
+    name: str  # in a sentence
+    one: str
+    several: str
+    shared: str  # what a seed shares across the values
+    # Set for a key read from the sweep's launch setting, not from the runs' records (which hold a list
+    # as JSON, or null for the task's default): that setting → a scalar to group and sort by.
+    of_sweep: Callable[[Any], Any] | None = None
+
+
 SCANS = {
-    "train.lr": ("lr", "learning rate", "LR", "LRs", "the same init and batches"),
-    "train.batch_size": ("batch", "batch size", "batch size", "batch sizes", "the same init"),
+    "train.lr": _Scan("lr", "learning rate", "LR", "LRs", "the same init and batches"),
+    "train.batch_size": _Scan("batch", "batch size", "batch size", "batch sizes", "the same init"),
+    "train.betas": _Scan("Adam β2", "Adam β2", "β2", "β2s", "the same init and batches", lambda b: b[1]),
 }
-"""A key 1.1's comparison is scanned over (``_scan``) → its column, its name in a sentence, one value,
-several, and what a seed shares across its values."""
+"""A key 1.1's comparison is scanned over (``_scan``) → how its table and sentence name it."""
 
 
 def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.lr") -> None:
@@ -504,11 +525,22 @@ def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.
     (its width, depth, batch, teacher, label noise and LR, except ``key``: ``base`` and those of
     ``sources`` that share them), one row per value, with what 1.1's rule says of that value's seeds
     pooled. Nothing when only one value ran there."""
-    column, name, one, several, shared = SCANS[key]
+    column, name, one, several, shared, of_sweep = SCANS[key]
     fixed = [k for k in (*(k for k, _ in SETTING), "train.lr") if k != key]
     unique = {s.name: s for s in [base, *sources]}.values()  # the base may be among the sources
     same = [s for s in unique if s.ran and all(s.setting(k) == base.setting(k) for k in fixed)]
-    frames = [s.runs.assign(**{key: s.runs[key] if key in s.runs else s.setting(key)}) for s in same]
+    # A run's own value (an LR axis of hydra.sweeper.params), else the sweep's as launched (or
+    # RECORD_DEFAULTS' for a field the sweep predates or left null).
+    frames = [
+        s.runs.assign(
+            **{
+                key: of_sweep(s.setting(key))
+                if of_sweep is not None
+                else (s.runs[key] if key in s.runs else s.setting(key))
+            }
+        )
+        for s in same
+    ]
     runs = pd.concat([f for f in frames if not f.empty]) if frames else pd.DataFrame()
     if runs.empty:
         return
@@ -622,8 +654,8 @@ def proxy_claims(
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
         _edge_block(doc, edges, mech, pilots)
         _scan(doc, mech, edges, "train.lr")
-        for base, key in _one_factor_scans(edges):
-            _scan(doc, base, edges, key)
+        for base, key in _one_factor_scans([mech, *edges]):
+            _scan(doc, base, [mech, *edges], key)
 
     # 1.2 -------------------------------------------------------------------------------------------
     rule = (
@@ -1123,7 +1155,13 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
         "model.teacher",
         "train.lr",
         "train.norm_lr_mult",
+        "adam_beta2",
         "train.steps",
+    ]
+    # collect writes a list-valued field as JSON; null (the task's default) is RECORD_DEFAULTS'.
+    betas = parents["train.betas"] if "train.betas" in parents else pd.Series(None, index=parents.index)
+    parents["adam_beta2"] = [
+        (json.loads(b) if isinstance(b, str) else RECORD_DEFAULTS["train.betas"])[1] for b in betas
     ]
     for k in keys:
         if k not in parents:
@@ -1139,7 +1177,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
         else np.nan
     )
     for key, g in parents.groupby(["label", *keys], dropna=False, sort=False):
-        label, width, depth, batch, teacher, lr, mult, steps = key
+        label, width, depth, batch, teacher, lr, mult, beta2, steps = key
         onsets = pd.to_numeric(g["onset_step"], errors="coerce").dropna()
         twins = g["twin_stable"].dropna().astype(bool)
         rows.append(
@@ -1149,6 +1187,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
                 "d × L, batch": f"{width:.0f} × {depth:.0f}, {batch:.0f}",
                 "teacher": teacher,
                 "lr (norm ×)": f"{lr:g} (×{mult:g})",
+                "Adam β2": f"{beta2:g}",
                 "steps": int(steps),
                 "seeds": int(g["seed"].nunique()),
                 "blew up": int(g["blew_up"].sum()),

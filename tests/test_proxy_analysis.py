@@ -477,6 +477,66 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     assert "Its blow-up rate rises with the batch size (4/7, 2/3)" in text
 
 
+def test_adams_betas_tell_one_setting_from_another(tmp_path):
+    """A re-run that changes only Adam's betas (results.ONE_FACTOR: proxy_mechanism_d128_beta95) names
+    that change, is left out of the base setting's scans (another β2 is another setting: pooling it
+    into batch 256 would mix two settings' rates), and its search-log row says β2; a record that left
+    the betas null ran the proxy task's default β2 0.999."""
+    from analysis.results import Source, _Doc, _edge_block, _one_factor_scans, _scan, _source_search_rows
+
+    def source(name, rows, betas=None):
+        (tmp_path / name).mkdir()
+        extra = f"  betas: {betas}\n" if betas else ""
+        (tmp_path / name / "multirun.yaml").write_text(
+            f"train:\n  lr: 0.008\n  batch_size: 256\n{extra}model:\n  width: 128\n"
+        )
+        src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
+        src.df = pd.DataFrame(rows)
+        src.__dict__["runs"] = proxy.proxy_runs(src.df)
+        return src
+
+    shape = {"model.width": 128, "model.depth": 4, "train.batch_size": 256, "train.lr": 8e-3}
+    shape["train.steps"] = 10
+
+    def pair(seed, ln_final, betas=None):
+        b = {"train.betas": betas} if betas else {}
+        return [
+            _run(f"ln_s{seed}", "mx_ln", seed, final=ln_final, twin=0.03, **shape, **b),
+            _run(f"none_s{seed}", "mx_none", seed, final=0.03, twin=0.03, norm_affine="none", **shape, **b),
+        ]
+
+    base = source("proxy_mechanism_d128", [*pair(0, 0.09), *pair(1, 0.09)])
+    b95 = "[0.9, 0.95]"
+    beta = source("proxy_mechanism_d128_beta95", [*pair(0, 0.03, b95), *pair(1, 0.03, b95)], [0.9, 0.95])
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, [base, beta])
+    text = "\n".join(doc.lines)
+    assert "(Adam betas [0.9, 0.999] → [0.9, 0.95], set before it ran" in text
+    assert "γ in E4M3 blew up 2/2 → 0/2" in text
+
+    doc = _Doc(tmp_path / "results.md")
+    _scan(doc, base, [base, beta], "train.batch_size")  # one batch size at β2 0.999: no scan to show
+    assert not doc.lines
+
+    # the scan over β2 that the re-run triggers: a row per β2, read from the sweeps' settings
+    assert [(b.name, key) for b, key in _one_factor_scans([base, beta])] == [
+        ("proxy_mechanism_d128", "train.betas")
+    ]
+    doc = _Doc(tmp_path / "results.md")
+    _scan(doc, base, [base, beta], "train.betas")
+    text = "\n".join(doc.lines)
+    assert "**Over the Adam β2 at `proxy_mechanism_d128`'s setting**" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 0.9")]
+    assert [r.split(" | ")[:3] for r in rows] == [["| 0.95", "2", "0/2"], ["| 0.999", "2", "2/2"]]
+    assert "Its blow-up rate rises with the β2 (0/2, 2/2)" in text
+
+    rows = _source_search_rows(base) + _source_search_rows(beta)
+    assert {(r["sweep"], r["Adam β2"], r["blew up"]) for r in rows if r["precision"] == "mx_ln"} == {
+        ("proxy_mechanism_d128", "0.999", 2),
+        ("proxy_mechanism_d128_beta95", "0.95", 0),
+    }
+
+
 def _run_twin_unstable(seed):
     return [
         _run(f"ln_s{seed}", "mx_ln", seed, final=0.2, twin=0.03, twin_diverged=700),
