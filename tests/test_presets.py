@@ -81,6 +81,9 @@ TINY = {
     "proxy_mechanism_d128_b1024": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_b64": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[16]"],
+    "proxy_mechanism_d128_beta95": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_mechanism_d128_beta99": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
+    "proxy_mechanism_beta95": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_early": [
         *TINY_PROXY,
         "model.width=16",
@@ -104,6 +107,7 @@ TINY = {
     ],  # fmt: skip
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
     "proxy_released_search": [*TINY_PROXY, "model.width=16"],
+    "proxy_beta95_search": [*TINY_PROXY, "model.width=16"],
     "proxy_released": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_released_late": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_released_w512": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
@@ -137,10 +141,14 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_b1024": (16, 0),  # phase 1 only, 4× the batch
     "proxy_mechanism_d128_b64": (32, 0),  # phase 1 only, a quarter of the batch, 16 seeds
     "proxy_mechanism_d128_seeds": (32, 0),  # phase 1 only, fresh seeds 16–31
+    "proxy_mechanism_d128_beta95": (32, 0),  # Adam β2 0.95; branches planned from the parents' records
+    "proxy_mechanism_d128_beta99": (32, 0),  # Adam β2 0.99; branches planned from the parents' records
+    "proxy_mechanism_beta95": (16, 0),  # proxy_mechanism at Adam β2 0.95, phase 1 only
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
+    "proxy_beta95_search": (4, 0),  # × the 4 LRs of hydra.sweeper.params
     "proxy_released": (20, 0),  # branches are planned from the parents' records
     "proxy_released_late": (2, 0),
     "proxy_released_w512": (2, 0),
@@ -189,9 +197,13 @@ VARIANTS = {
     "proxy_mechanism_d128_b1024": "proxy_mechanism_d128",
     "proxy_mechanism_d128_b64": "proxy_mechanism_d128",
     "proxy_mechanism_d128_seeds": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_beta95": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_beta99": "proxy_mechanism_d128_beta95",
+    "proxy_mechanism_beta95": "proxy_mechanism",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",
+    "proxy_beta95_search": "proxy_mechanism_d128_beta95",
     "proxy_released": "proxy_mechanism_d128",
     "proxy_released_late": "proxy_late_search",
     "proxy_released_w512": "proxy_released_late",
