@@ -296,13 +296,14 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
         _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03, spike=400, recovered=False),
         _run("ln_s1", "mx_ln", 1, final=math.nan, twin=0.03, status="diverged", spike=300),
         _run("none_s0", "mx_none", 0, final=0.03, twin=0.03, norm_affine="none"),
+        _run("ln_s2", "mx_ln", 2, final=0.08, twin=0.03, spike=200, recovered=False),
     ]
 
-    def branches(ok: dict[str, int]):  # per intervention: how many of the two parents it rescues
+    def branches(ok: dict[str, int]):  # per intervention: how many of the three parents it rescues
         return [
             _run(f"{v}_s{s}", f"mx_ln→{v}@100", s, final=0.031 if s < ok[v] else 0.2, parent=f"ln_s{s}",
                  branch_step=200 if s == 0 else 100, spike=None if s < ok[v] else 410 - 100 * s)
-            for v in ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx") for s in (0, 1)
+            for v in ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx") for s in (0, 1, 2)
         ]  # fmt: skip
 
     # a γ-unquantized parent that blew up is branched too; no LN quantization changes nothing there
@@ -310,25 +311,34 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     unquantized = [_run(f"n{v}_s1", f"mx_none→{v}@100", 1, final=0.3, parent="none_s1", branch_step=200,
                         norm_affine="none") for v in ("no_ln_quant", "bf16_acts", "fwd_only")]  # fmt: skip
     mech = sweep("proxy_mechanism", [*parents, *unquantized, *branches(dict.fromkeys(
-        ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 2))],
+        ("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 3))],
         "model:\n  width: 256\ntrain:\n  lr: 0.004\nsweep:\n  branch_at: [0.5]\n")  # fmt: skip
     result = _interventions(mech)
-    assert result.verdict == REPRODUCED and set(result.hot["parent"]) == {"ln_s0", "ln_s1"}
-    assert result.table.set_index("intervention").loc["no_ln_quant", "branches"] == 2
-    half = {"no_ln_quant": 2, "bf16_acts": 1, "fwd_only": 0, "no_mx": 2}
+    assert result.verdict == REPRODUCED and set(result.hot["parent"]) == {"ln_s0", "ln_s1", "ln_s2"}
+    assert result.table.set_index("intervention").loc["no_ln_quant", "branches"] == 3
+    # every intervention rescues the one parent that blew up: one run is not a rate of ≥ 2/3
+    rescued = [b for b in branches(dict.fromkeys(("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 3))
+               if b["train.branch_from"].endswith("/ln_s0")]  # fmt: skip
+    one = sweep("one", [parents[0], parents[2], *rescued], "train:\n  lr: 0.004\n")
+    assert _interventions(one).verdict == PARTIAL and _interventions(one).parents == 1
+    doc = _Doc(tmp_path / "docs" / "one.md")
+    _intervention_block(doc, one, _interventions(one), "one.png")
+    assert "Only 1 parent blew up: too few for 1.3's rate (≥ 2/3 of the branches of at least 3)" in "\n".join(
+        doc.lines)  # fmt: skip
+    half = {"no_ln_quant": 3, "bf16_acts": 1, "fwd_only": 0, "no_mx": 3}
     d128 = sweep("proxy_mechanism_d128", [*parents, *branches(half)],
                  "model:\n  width: 128\ntrain:\n  lr: 0.008\nsweep:\n  branch_at: [0.5]\n")  # fmt: skip
     assert _interventions(d128).verdict == PARTIAL
-    none = {"no_ln_quant": 0, "bf16_acts": 1, "fwd_only": 1, "no_mx": 2}  # 1 of 2 < 2/3 each
+    none = {"no_ln_quant": 0, "bf16_acts": 1, "fwd_only": 1, "no_mx": 3}  # 1 of 3 < 2/3 each
     assert _interventions(sweep("x", [*parents, *branches(none)], "train:\n  lr: 0.004\n")).verdict == NOT
     assert _interventions(sweep("y", parents, "train:\n  lr: 0.004\n")).verdict == NOT_RUN
-    some = [b for b in branches({**none, "no_ln_quant": 2}) if b["run"].startswith("no_")]
+    some = [b for b in branches({**none, "no_ln_quant": 3}) if b["run"].startswith("no_")]
     assert _interventions(sweep("w", [*parents, *some], "train:\n  lr: 0.004\n")).verdict == PARTIAL
 
     empty = Source("none", "", tmp_path / "none")
     doc = _Doc(tmp_path / "docs" / "results.md")
     fixed = "model:\n  width: 128\ntrain:\n  lr: 0.008\nsweep:\n  branch_step: 50\n"
-    early = sweep("proxy_mechanism_d128_early", [*parents[:2], *branches(none)], fixed, points=())
+    early = sweep("proxy_mechanism_d128_early", [*parents[:2], parents[3], *branches(none)], fixed, points=())
     proxy_claims(doc, mech, [], empty, [d128], [d128, early])
     text = "\n".join(doc.lines)
     assert "(`python launch.py -m experiment=proxy_mechanism_d128_early`, branched at step 50, " in text
@@ -338,9 +348,9 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     assert "had not finished" not in text  # the γ-unquantized parent's planned branches are not 1.3's
 
     assert "### 1.3 Interventions from a checkpoint before the spike\n\n**Reproduced.**" in text
-    assert "**The same interventions at width 128, lr 0.008, seeds 0–1** (`python launch.py -m " in text
+    assert "**The same interventions at width 128, lr 0.008, seeds 0–2** (`python launch.py -m " in text
     assert "by 1.3's rule this setting is **partially reproduced**." in text
-    assert "**The same comparison at width 128, lr 0.008, seeds 0–1**" in text  # 1.1 beside it
+    assert "**The same comparison at width 128, lr 0.008, seeds 0–2**" in text  # 1.1 beside it
 
     # where fp32 itself no longer rescues, each parent's spike step beside its fp32 branch's
     lost = dict.fromkeys(("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 0)
@@ -348,8 +358,18 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     doc = _Doc(tmp_path / "docs" / "z.md")
     _intervention_block(doc, hopeless, _interventions(hopeless), "z.png")
     text = "\n".join(doc.lines)
-    assert "even switching everything to fp32 (`no_mx`) avoided the blow-up in only 0 of 2 branches" in text
-    assert "First spike of each parent → of its fp32 branch: 400 → 410, 300 → 310." in text
+    assert "even switching everything to fp32 (`no_mx`) avoided the blow-up in only 0 of 3 branches" in text
+    assert "First spike of each parent → of its fp32 branch: 400 → 410, 300 → 310, 200 → 210." in text
+
+    # fp32 branches that end under the line but still spike at their parent's step are named
+    rescued = branches(dict.fromkeys(("no_ln_quant", "bf16_acts", "fwd_only", "no_mx"), 3))
+    met = [{**b, "spike_step": 395, "recovered": True} if b["run"] == "no_mx_s0" else b for b in rescued]
+    late = sweep("m", [*parents, *met], "train:\n  lr: 0.004\n")
+    doc = _Doc(tmp_path / "docs" / "m.md")
+    _intervention_block(doc, late, _interventions(late), "m.png")
+    text = "\n".join(doc.lines)
+    assert "avoided the blow-up in 3 of 3 branches" in text
+    assert "Of those, 1 still spiked (first spike of each parent → of its fp32 branch: 400 → 395)" in text
 
 
 def test_the_search_log_tells_teachers_apart(tmp_path):
