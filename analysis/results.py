@@ -221,6 +221,7 @@ EDGE = (
     "proxy_mechanism_d128_b64",
     "proxy_mechanism_d128_b1024",
     "proxy_mechanism_d128_seeds",
+    "proxy_mechanism_d128_lr",
     "proxy_mechanism_d128_beta95",
     "proxy_mechanism_d128_beta99",
     "proxy_mechanism_beta95",
@@ -266,12 +267,13 @@ RERUN_BRANCHES = (
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
 
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
+"""A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
+variants' parents branched into fp32 at the same step, to tell a γ-clamped prefix from any MX prefix."""
+
 # 1.3 judges a rate, "≥ 2/3 of the branches of parents that blew up": on one or two parents that is
 # one or two runs, and a single parent that lands just under the blow-up line after its branch point
 # would call the claim reproduced. Below this many parents a setting is at most partially reproduced.
 MIN_PARENTS = 3
-"""A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
-variants' parents branched into fp32 at the same step, to tell a γ-clamped prefix from any MX prefix."""
 
 
 @dataclass
@@ -353,6 +355,16 @@ def _edge_block(
         base = by_name.get(ONE_FACTOR.get(src.name, ""))
         if base is not None:
             _one_factor_block(doc, src, runs, base)
+
+
+def _setting_bases(sources: Sequence[Source]) -> list[Source]:
+    """The first sweep that ran of each setting (``SETTING``'s values; the LR aside) among ``sources``:
+    the bases of the scans over the LR, one per setting (a setting run at one LR shows none)."""
+    first: dict[str, Source] = {}
+    for src in sources:
+        if src.ran:
+            first.setdefault(repr([src.setting(k) for k, _ in SETTING]), src)
+    return list(first.values())
 
 
 def _one_factor_scans(edges: Sequence[Source]) -> list[tuple[Source, str]]:
@@ -548,6 +560,12 @@ def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.
     runs = pd.concat([f for f in frames if not f.empty]) if frames else pd.DataFrame()
     if runs.empty:
         return
+    # A sweep with an LR axis keeps its base's train.lr in its launch setting: its runs at other LRs
+    # match the base's setting there but are other settings, so each run's own LR decides.
+    lr = base.setting("train.lr")
+    if key != "train.lr" and "train.lr" in runs and lr is not None:
+        own = pd.to_numeric(runs["train.lr"], errors="coerce")
+        runs = runs[own.isna() | np.isclose(own, float(lr), rtol=1e-9, atol=0)]
     parents = runs[runs["parent"].isna() & runs["finished"]]
     rows, verdicts = [], []
     for value, g in parents.groupby(key, sort=True):
@@ -657,7 +675,8 @@ def proxy_claims(
 
             doc.figure(plots.proxy_mechanism(mech.cur, runs), "proxy_mechanism.png", "MX vs fp32 twin")
         _edge_block(doc, edges, mech, pilots)
-        _scan(doc, mech, edges, "train.lr")
+        for base in _setting_bases([mech, *edges]):
+            _scan(doc, base, [mech, *edges], "train.lr")
         for base, key in _one_factor_scans([mech, *edges]):
             _scan(doc, base, [mech, *edges], key)
 

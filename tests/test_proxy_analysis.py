@@ -550,6 +550,18 @@ def test_adams_betas_tell_one_setting_from_another(tmp_path):
     assert [r.split(" | ")[:3] for r in rows] == [["| 0.95", "2", "0/2"], ["| 0.999", "2", "2/2"]]
     assert "Its blow-up rate rises with the β2 (0/2, 2/2)" in text
 
+    # a sweep with an LR axis keeps its base's train.lr in multirun.yaml; its runs at other LRs are
+    # other settings, not more seeds at β2 0.999 (they were pooled into that row before)
+    other = {**shape, "train.lr": 6e-3}
+    axis = source("proxy_mechanism_d128_lr", [
+        _run("ln_s2", "mx_ln", 2, final=0.03, twin=0.03, **other),
+        _run("none_s2", "mx_none", 2, final=0.03, twin=0.03, norm_affine="none", **other),
+    ])  # fmt: skip
+    doc = _Doc(tmp_path / "results.md")
+    _scan(doc, base, [base, beta, axis], "train.betas")
+    rows = [line for line in "\n".join(doc.lines).splitlines() if line.startswith("| 0.9")]
+    assert [r.split(" | ")[:3] for r in rows] == [["| 0.95", "2", "0/2"], ["| 0.999", "2", "2/2"]]
+
     rows = _source_search_rows(base) + _source_search_rows(beta)
     assert {(r["sweep"], r["Adam β2"], r["blew up"]) for r in rows if r["precision"] == "mx_ln"} == {
         ("proxy_mechanism_d128", "0.999", 2),
@@ -658,7 +670,7 @@ def test_one_column_proxy_figures_keep_their_titles_inside():
 def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
     """1.1 over the LR: one row per LR run at proxy_mechanism's setting (a sweep at another width is
     left out), with the rates of γ in E4M3, γ unquantized and the fp32 twins, and 1.1's rule there."""
-    from analysis.results import NOT, REPRODUCED, Source, _Doc, _scan
+    from analysis.results import NOT, REPRODUCED, Source, _Doc, _scan, _setting_bases
 
     def sweep(name, lr, width, rows, teacher=""):
         path = tmp_path / name
@@ -715,6 +727,18 @@ def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
     doc = _Doc(tmp_path / "results.md")
     _scan(doc, mech, [only_none])  # divided 0 blow-ups by 0 seeds before
     assert doc.lines == []
+
+    # each setting gets its own scan over the LR, based on its first sweep: at width 512 too, once a
+    # second LR ran there (before, only proxy_mechanism's setting was scanned)
+    wider = sweep("proxy_wide_lr", 0.02, 512, [_run("ln_s0", "mx_ln", 0, final=0.03, twin=0.03)])
+    bases = _setting_bases([mech, low, wide, high, wider])
+    assert [b.name for b in bases] == ["proxy_mechanism", "proxy_wide"]
+    doc = _Doc(tmp_path / "results.md")
+    for base in bases:
+        _scan(doc, base, [mech, low, wide, high, wider])
+    text = "\n".join(doc.lines)
+    assert "**Over the learning rate at `proxy_wide`'s setting** (`proxy_wide`, `proxy_wide_lr`;" in text
+    assert "| 0.01 | 1 | 1/1 |" in text and "| 0.02 | 1 | 0/1 |" in text
 
 
 def test_a_sweep_with_an_lr_axis_gets_one_block_per_lr(tmp_path):
