@@ -428,21 +428,28 @@ def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
     )
 
 
+def _source(tmp_path, name: str, rows: list[dict], multirun: str):
+    """A sweep (results.Source) over synthetic run rows, launched with the settings ``multirun``."""
+    from analysis.results import Source
+
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "multirun.yaml").write_text(multirun)
+    src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
+    src.df = pd.DataFrame(rows)
+    src.__dict__["runs"] = proxy.proxy_runs(src.df)
+    return src
+
+
 def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     """A re-run that changes one setting of another sweep (results.ONE_FACTOR: batch 256 → 1024) names
     the change, and sets each shared seed's outcomes beside the base sweep's, with the counts there →
     here and in how many seeds γ in E4M3 had the same outcome."""
-    from analysis.results import PARTIAL, Source, _Doc, _edge_block, _one_factor_scans, _scan
+    from analysis.results import PARTIAL, _Doc, _edge_block, _one_factor_scans, _scan
 
     def source(name, rows, batch):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "multirun.yaml").write_text(
-            f"train:\n  lr: 0.008\n  batch_size: {batch}\nmodel:\n  width: 128\n"
+        return _source(
+            tmp_path, name, rows, f"train:\n  lr: 0.008\n  batch_size: {batch}\nmodel:\n  width: 128\n"
         )
-        src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
-        src.df = pd.DataFrame(rows)
-        src.__dict__["runs"] = proxy.proxy_runs(src.df)
-        return src
 
     def pair(seed, ln_final, twin=0.03, ln_status="done"):
         return [
@@ -502,18 +509,13 @@ def test_adams_betas_tell_one_setting_from_another(tmp_path):
     that change, is left out of the base setting's scans (another β2 is another setting: pooling it
     into batch 256 would mix two settings' rates), and its search-log row says β2; a record that left
     the betas null ran the proxy task's default β2 0.999."""
-    from analysis.results import Source, _Doc, _edge_block, _one_factor_scans, _scan, _source_search_rows
+    from analysis.results import _Doc, _edge_block, _one_factor_scans, _scan, _source_search_rows
 
     def source(name, rows, betas=None):
-        (tmp_path / name).mkdir()
         extra = f"  betas: {betas}\n" if betas else ""
-        (tmp_path / name / "multirun.yaml").write_text(
-            f"train:\n  lr: 0.008\n  batch_size: 256\n{extra}model:\n  width: 128\n"
+        return _source(
+            tmp_path, name, rows, f"train:\n  lr: 0.008\n  batch_size: 256\n{extra}model:\n  width: 128\n"
         )
-        src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
-        src.df = pd.DataFrame(rows)
-        src.__dict__["runs"] = proxy.proxy_runs(src.df)
-        return src
 
     shape = {"model.width": 128, "model.depth": 4, "train.batch_size": 256, "train.lr": 8e-3}
     shape["train.steps"] = 10
