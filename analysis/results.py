@@ -222,6 +222,7 @@ EDGE = (
     "proxy_mechanism_d128_b1024",
     "proxy_mechanism_d128_seeds",
     "proxy_mechanism_d128_lr",
+    "proxy_mechanism_d128_lr_fine",
     "proxy_mechanism_d128_beta95",
     "proxy_mechanism_d128_beta99",
     "proxy_mechanism_beta95",
