@@ -169,9 +169,13 @@ def _probe_at(probe: pd.DataFrame, run: str | None, before: float | None = None)
     return float(r["step"]), float(r["probe_cos"])
 
 
-def control_run(runs: pd.DataFrame, seed: Any) -> pd.Series | None:
-    """The control of a seed: its phase-1 run with γ/β unquantized (same init and batches), or None."""
+def control_run(runs: pd.DataFrame, seed: Any, lr: Any = None) -> pd.Series | None:
+    """The control of a seed: its phase-1 run with γ/β unquantized (same init and batches), or None;
+    at learning rate ``lr`` where given (a sweep with an LR axis has a control per LR)."""
     ctrl = runs[runs["parent"].isna() & runs["norm_affine"].eq("none") & runs["seed"].eq(seed)]
+    if lr is not None and not pd.isna(lr) and "train.lr" in ctrl:
+        own = pd.to_numeric(ctrl["train.lr"], errors="coerce")
+        ctrl = ctrl[np.isclose(own, float(lr), rtol=1e-9, atol=0)]
     return ctrl.iloc[0] if not ctrl.empty else None
 
 
@@ -202,7 +206,7 @@ def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
             "cos_before": float(cos[before.index].median()) if "twin_cos" in c else np.nan,
         }
         if not probe.empty and (probe["run"] == r["run"]).any():
-            control = control_run(parents, r["seed"])
+            control = control_run(parents, r["seed"], r.get("train.lr"))
             _, row["probe_cos_early"] = _probe_at(probe, r["run"])
             row["probe_step"], row["probe_cos_before"] = _probe_at(probe, r["run"], before=t)
             ctrl = control["run"] if control is not None else None

@@ -546,10 +546,20 @@ def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.
     fixed = [k for k in (*(k for k, _ in SETTING), "train.lr") if k != key]
     unique = {s.name: s for s in [base, *sources]}.values()  # the base may be among the sources
     same = [s for s in unique if s.ran and all(s.setting(k) == base.setting(k) for k in fixed)]
+    lr = base.setting("train.lr")
+
+    def at_base_lr(runs: pd.DataFrame) -> pd.DataFrame:
+        # A sweep with an LR axis keeps its base's train.lr in its launch setting: its runs at other
+        # LRs match the base's setting there but are other settings, so each run's own LR decides.
+        if key == "train.lr" or "train.lr" not in runs or lr is None:
+            return runs
+        own = pd.to_numeric(runs["train.lr"], errors="coerce")
+        return runs[own.isna() | np.isclose(own, float(lr), rtol=1e-9, atol=0)]
+
     # A run's own value (an LR axis of hydra.sweeper.params), else the sweep's as launched (or
     # RECORD_DEFAULTS' for a field the sweep predates or left null).
-    frames = [
-        s.runs.assign(
+    frames = {
+        s.name: at_base_lr(s.runs).assign(
             **{
                 key: of_sweep(s.setting(key))
                 if of_sweep is not None
@@ -557,16 +567,11 @@ def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.
             }
         )
         for s in same
-    ]
-    runs = pd.concat([f for f in frames if not f.empty]) if frames else pd.DataFrame()
+    }
+    same = [s for s in same if not frames[s.name].empty]  # the sweeps that have runs in the scan
+    runs = pd.concat([frames[s.name] for s in same]) if same else pd.DataFrame()
     if runs.empty:
         return
-    # A sweep with an LR axis keeps its base's train.lr in its launch setting: its runs at other LRs
-    # match the base's setting there but are other settings, so each run's own LR decides.
-    lr = base.setting("train.lr")
-    if key != "train.lr" and "train.lr" in runs and lr is not None:
-        own = pd.to_numeric(runs["train.lr"], errors="coerce")
-        runs = runs[own.isna() | np.isclose(own, float(lr), rtol=1e-9, atol=0)]
     parents = runs[runs["parent"].isna() & runs["finished"]]
     rows, verdicts = [], []
     for value, g in parents.groupby(key, sort=True):
@@ -1123,22 +1128,31 @@ def _late_blowups(src: Source) -> list[dict[str, Any]]:
     by_run = r.set_index("run")
     steps = by_run["train.steps"] if "train.steps" in by_run else pd.Series(np.nan, index=by_run.index)
     m = m[m["onset"] > m["run"].map(steps) / 2]
-    return [
-        {
-            "sweep": src.name,
-            **row,
-            "γ in E4M3": by_run.at[run, "norm_affine"] != "none",
-            "twin stable": by_run.at[run, "twin_stable"] == 1.0,
-            "γ unquantized (same seed)": _control_outcome(r, by_run.at[run, "seed"]),
-        }
-        for run, row in zip(m["run"], m.drop(columns=["run"]).to_dict("records"), strict=True)
-    ]
+    lrs = by_run["train.lr"] if "train.lr" in by_run else pd.Series(np.nan, index=by_run.index)
+    out = []
+    for run, row in zip(m["run"], m.drop(columns=["run"]).to_dict("records"), strict=True):
+        quantized = by_run.at[run, "norm_affine"] != "none"
+        lr = lrs.get(run)
+        out.append(
+            {
+                "sweep": src.name,
+                **row,
+                "lr": lr,  # an LR-axis sweep has several
+                "γ in E4M3": quantized,
+                "twin stable": by_run.at[run, "twin_stable"] == 1.0,
+                # a γ-unquantized run is the control itself
+                "γ unquantized (same seed)": _control_outcome(r, by_run.at[run, "seed"], lr)
+                if quantized
+                else "–",
+            }
+        )
+    return out
 
 
-def _control_outcome(runs: pd.DataFrame, seed: float) -> str:
-    """The outcome of the seed's control (``proxy.control_run``): "blew up", "stable", "unstable"
-    (spiked, not recovered), or "–" where there is none or it has not finished."""
-    c = proxy.control_run(runs, seed)
+def _control_outcome(runs: pd.DataFrame, seed: float, lr: float | None = None) -> str:
+    """The outcome of the seed's control (``proxy.control_run``, at ``lr`` where given): "blew up",
+    "stable", "unstable" (spiked, not recovered), or "–" where there is none or it has not finished."""
+    c = proxy.control_run(runs, seed, lr)
     return "–" if c is None or not c["finished"] else _outcome(c, spike=False)
 
 

@@ -563,6 +563,7 @@ def test_adams_betas_tell_one_setting_from_another(tmp_path):
     _scan(doc, base, [base, beta, axis], "train.betas")
     rows = [line for line in "\n".join(doc.lines).splitlines() if line.startswith("| 0.9")]
     assert [r.split(" | ")[:3] for r in rows] == [["| 0.95", "2", "0/2"], ["| 0.999", "2", "2/2"]]
+    assert "proxy_mechanism_d128_lr" not in "\n".join(doc.lines)  # not named among the scan's sweeps
 
     rows = _source_search_rows(base) + _source_search_rows(beta)
     assert {(r["sweep"], r["Adam β2"], r["blew up"]) for r in rows if r["precision"] == "mx_ln"} == {
@@ -637,6 +638,22 @@ def test_late_blowups_name_gamma_the_twin_and_the_control(tmp_path):
     assert [got[k]["twin stable"] for k in sorted(got)] == [True, False, True]
     assert got["mx_ln", 0]["γ unquantized (same seed)"] == "stable"
     assert got["mx_ln", 1]["γ unquantized (same seed)"] == "blew up"
+    assert got["mx_none", 1]["γ unquantized (same seed)"] == "–"  # it is the control itself
+
+    # an LR axis: the control is the same seed's γ-unquantized run at the same LR, not the first one
+    hi = {**steps, "train.lr": 0.016}
+    lr = [{**r, "train.lr": 0.008} for r in rows] + [
+        _run("ln_hi_s1", "mx_ln", 1, final=0.09, twin=0.03, spike=8, **hi),
+        _run("none_hi_s1", "mx_none", 1, final=0.03, twin=0.03, norm_affine="none", **hi),
+    ]
+    axis = Source(
+        "proxy_mechanism_d128_lr", "python launch.py -m experiment=proxy_mechanism_d128_lr", tmp_path
+    )
+    axis.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(lr))
+    axis.cur = pd.concat([src.cur, src.cur[src.cur["run"] == "ln_s1"].assign(run="ln_hi_s1")])
+    got = {(r["label"], r["seed"], r["lr"]): r for r in _late_blowups(axis)}
+    assert got["mx_ln", 1, 0.016]["γ unquantized (same seed)"] == "stable"  # none_s1 at 0.008 blew up
+    assert got["mx_ln", 1, 0.008]["γ unquantized (same seed)"] == "blew up"
 
 
 def test_one_column_proxy_figures_keep_their_titles_inside():
