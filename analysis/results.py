@@ -1091,14 +1091,20 @@ def _repeat_line(doc: _Doc, src: Source, repeated: Source, parents: list[str]) -
 
 
 def _hardware(src: Source, runs: pd.Series) -> str:
-    """The CPU's vector ISA and thread count those runs recorded (records before the field: not recorded)."""
+    """The CPU's vector ISA and thread count those runs recorded, with its model where recorded (records
+    before the fields: not recorded)."""
     cols = [c for c in ("hardware.cpu_capability", "hardware.threads") if c in src.df]
     if len(cols) < 2:
         return "not recorded"
-    hw = src.df[src.df["run"].isin(set(runs))][cols].dropna().drop_duplicates()
+    picked = src.df[src.df["run"].isin(set(runs))]
+    cpu = picked["hardware.cpu"] if "hardware.cpu" in picked else pd.Series(None, index=picked.index)
+    hw = picked[cols].assign(cpu=cpu.fillna("")).dropna().drop_duplicates()
     if hw.empty:
         return "not recorded"
-    return "; ".join(f"{c}, {int(n)} thread{'s' * (int(n) != 1)}" for c, n in hw.itertuples(index=False))
+    return "; ".join(
+        f"{m + ', ' if m else ''}{c}, {int(n)} thread{'s' * (int(n) != 1)}"
+        for c, n, m in hw.itertuples(index=False)
+    )
 
 
 def _setting(src: Source, mech: Source | None, runs: pd.DataFrame | None = None) -> str:

@@ -147,7 +147,7 @@ def hardware() -> dict[str, Any]:
     reductions by ``threads``. The same config and seed is bit-identical only where both agree; a
     chaotic run (the proxy near its stability edge) can end elsewhere from a 1e-7 difference. Read from
     torch only if the run imported it (this module stays torch-free)."""
-    hw: dict[str, Any] = {"machine": platform.machine()}
+    hw: dict[str, Any] = {"machine": platform.machine(), "cpu": cpu_model()}
     torch = sys.modules.get("torch")
     if torch is not None:
         hw["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
@@ -155,6 +155,19 @@ def hardware() -> dict[str, Any]:
         if torch.cuda.is_initialized():  # naming the GPU must not start CUDA in a CPU run
             hw["cuda"] = torch.cuda.get_device_name()
     return hw
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux: /proc/cpuinfo). The ISA alone does not pin the bits: the proxy's
+    seed 16 ended 0.043 on an AMD EPYC and 0.062 on an Intel Xeon, both AVX-512, same config and seed
+    (docs/results.md: which seeds blow up is a chance event)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _version(package: str) -> str | None:

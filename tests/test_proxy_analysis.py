@@ -858,7 +858,7 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
 
     # the same runs on other hardware: the fp32 twins differ from step 20 on, and seed 0 did not blow up
     elsewhere = [
-        {**r, "hardware.cpu_capability": "AVX512", "hardware.threads": 1}
+        {**r, "hardware.cpu_capability": "AVX512", "hardware.threads": 1, "hardware.cpu": "AMD EPYC 9B14"}
         | ({"final_val_loss": 0.03, "spike_step": None, "recovered": None} if r["run"] == "ln_s0" else {})
         for r in rows(3, 0)
         if "ln_s" in r["run"]
@@ -873,8 +873,9 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     assert (
         "the same final val loss, to the bit, in 5 of 6. Their fp32 twins already differ at step 20 (by "
         "3e-06 relative): the two sweeps' fp32 arithmetic differed, i.e. the hardware (summary.json's "
-        "`hardware`: AVX512, 1 thread there, not recorded here), not the code. That difference turned the "
-        "outcome around in 1 of 3 parents (blew up in one sweep, not in the other: seeds 0)"
+        "`hardware`: AMD EPYC 9B14, AVX512, 1 thread there, not recorded here), not the code. That "
+        "difference turned the outcome around in 1 of 3 parents (blew up in one sweep, not in the other: "
+        "seeds 0)"
     ) in text
 
     alike = sweep("alike", rows(2, 1))

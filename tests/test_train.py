@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -104,6 +105,14 @@ def test_lm_loss_falls_and_record_is_complete(tmp_path):
     # what decides fp32 rounding besides the code: records from different CPUs can differ in the bits
     assert summary["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert summary["hardware"]["threads"] == torch.get_num_threads()
+    cpuinfo = Path("/proc/cpuinfo")  # two CPUs of one ISA can still round differently: the model too
+    if cpuinfo.exists():
+        names = [
+            ln.split(":", 1)[1].strip()
+            for ln in cpuinfo.read_text().splitlines()
+            if ln.startswith("model name")
+        ]
+        assert names and summary["hardware"]["cpu"] == names[0]
     assert rows[-1]["tokens"] == summary["D"] and rows[-1]["epoch"] == pytest.approx(40 * 8 / 64)
     cfg = OmegaConf.load(tmp_path / "config.yaml")
     assert cfg.model.vocab_size == 256 and cfg.train.steps == 40
