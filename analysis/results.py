@@ -221,6 +221,7 @@ EDGE = (
     "proxy_mechanism_d128_b64",
     "proxy_mechanism_d128_b1024",
     "proxy_mechanism_d128_seeds",
+    "proxy_mechanism_d128_seeds32",
     "proxy_mechanism_d128_lr",
     "proxy_mechanism_d128_lr_fine",
     "proxy_mechanism_d128_beta95",
@@ -250,7 +251,10 @@ ONE_FACTOR = {
 """A re-run of EDGE that changes one setting of another sweep of EDGE (set before it ran, on that
 sweep's seeds) → that sweep: the report sets their outcomes side by side, seed by seed."""
 
-REPLICATION = {"proxy_mechanism_d128_seeds": "proxy_mechanism_d128"}
+REPLICATION = {
+    "proxy_mechanism_d128_seeds": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_seeds32": "proxy_mechanism_d128",
+}
 """A re-run of EDGE on fresh seeds at another sweep of EDGE's setting → that sweep (a replication of its
 rates; the scans pool them). proxy_mechanism's own replication is told by its setting instead."""
 
