@@ -562,16 +562,12 @@ def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.
 
     # A run's own value (an LR axis of hydra.sweeper.params), else the sweep's as launched (or
     # RECORD_DEFAULTS' for a field the sweep predates or left null).
-    frames = {
-        s.name: at_base_lr(s.runs).assign(
-            **{
-                key: of_sweep(s.setting(key))
-                if of_sweep is not None
-                else (s.runs[key] if key in s.runs else s.setting(key))
-            }
-        )
-        for s in same
-    }
+    def keyed(s: Source) -> pd.DataFrame:
+        r = at_base_lr(s.runs)
+        value = of_sweep(s.setting(key)) if of_sweep is not None else r[key] if key in r else s.setting(key)
+        return r.assign(**{key: value})  # a Series of r itself: assigning s.runs' own would refill an empty r
+
+    frames = {s.name: keyed(s) for s in same}
     same = [s for s in same if not frames[s.name].empty]  # the sweeps that have runs in the scan
     runs = pd.concat([frames[s.name] for s in same]) if same else pd.DataFrame()
     if runs.empty:

@@ -503,6 +503,15 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     assert f"| 1024 | 3 | 2/3 | 0/3 | 1/3 | {PARTIAL} |" in text
     assert "Its blow-up rate rises with the batch size (4/7, 2/3)" in text
 
+    # an LR-axis sweep at batch 256 whose runs are all at another LR has no runs in this scan: it is not
+    # named among its sweeps (its own batch column once refilled the emptied frame)
+    at = {"train.lr": 0.006, "train.batch_size": 256}
+    axis = source("proxy_mechanism_d128_lr", [{**r, **at} for r in pair(0, 0.09)], 256)
+    doc = _Doc(tmp_path / "results.md")
+    _scan(doc, base, [base, here, fresh, axis], "train.batch_size")
+    text = "\n".join(doc.lines)
+    assert f"| 256 | 7 | 4/7 | 0/7 | 0/7 | {PARTIAL} |" in text and "proxy_mechanism_d128_lr" not in text
+
 
 def test_adams_betas_tell_one_setting_from_another(tmp_path):
     """A re-run that changes only Adam's betas (results.ONE_FACTOR: proxy_mechanism_d128_beta95) names
