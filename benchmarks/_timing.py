@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import records.run
+
 Case = Callable[[], object]
 # Called after each round with the round number (1-based) and all samples so far.
 RoundReport = Callable[[int, dict[str, list[float]]], None]
@@ -88,13 +90,8 @@ def stats_ms(ts: list[float]) -> dict[str, float]:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name, as run records name it (``records.run.cpu_model``), else the machine."""
+    return records.run.cpu_model() or platform.machine()
 
 
 def load_average() -> str:
