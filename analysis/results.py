@@ -222,6 +222,7 @@ EDGE = (
     "proxy_mechanism_d128_b1024",
     "proxy_mechanism_d128_seeds",
     "proxy_mechanism_d128_seeds32",
+    "proxy_mechanism_d128_seeds40",
     "proxy_mechanism_d128_lr",
     "proxy_mechanism_d128_lr_fine",
     "proxy_mechanism_d128_beta95",
@@ -254,6 +255,7 @@ sweep's seeds) → that sweep: the report sets their outcomes side by side, seed
 REPLICATION = {
     "proxy_mechanism_d128_seeds": "proxy_mechanism_d128",
     "proxy_mechanism_d128_seeds32": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_seeds40": "proxy_mechanism_d128",
 }
 """A re-run of EDGE on fresh seeds at another sweep of EDGE's setting → that sweep (a replication of its
 rates; the scans pool them). proxy_mechanism's own replication is told by its setting instead."""

@@ -82,6 +82,7 @@ TINY = {
     "proxy_mechanism_d128_b64": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[16]"],
     "proxy_mechanism_d128_seeds32": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[32]"],
+    "proxy_mechanism_d128_seeds40": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[40]"],
     "proxy_mechanism_d128_lr": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_lr_fine": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_beta95": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
@@ -145,6 +146,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_b64": (32, 0),  # phase 1 only, a quarter of the batch, 16 seeds
     "proxy_mechanism_d128_seeds": (32, 0),  # phase 1 only, fresh seeds 16–31
     "proxy_mechanism_d128_seeds32": (16, 0),  # phase 1 only, fresh seeds 32–39
+    "proxy_mechanism_d128_seeds40": (32, 0),  # phase 1 only, fresh seeds 40–55
     "proxy_mechanism_d128_lr": (16, 0),  # seeds 0–7, × the 3 LRs of hydra.sweeper.params
     "proxy_mechanism_d128_lr_fine": (16, 0),  # seeds 0–7, × the 2 LRs of hydra.sweeper.params
     "proxy_mechanism_d128_beta95": (32, 0),  # Adam β2 0.95; branches planned from the parents' records
@@ -204,6 +206,7 @@ VARIANTS = {
     "proxy_mechanism_d128_b64": "proxy_mechanism_d128",
     "proxy_mechanism_d128_seeds": "proxy_mechanism_d128",
     "proxy_mechanism_d128_seeds32": "proxy_mechanism_d128_seeds",
+    "proxy_mechanism_d128_seeds40": "proxy_mechanism_d128_seeds",
     "proxy_mechanism_d128_lr": "proxy_mechanism_d128",
     "proxy_mechanism_d128_lr_fine": "proxy_mechanism_d128_lr",
     "proxy_mechanism_d128_beta95": "proxy_mechanism_d128",
