@@ -172,11 +172,18 @@ def _probe_at(probe: pd.DataFrame, run: str | None, before: float | None = None)
 def control_run(runs: pd.DataFrame, seed: Any, lr: Any = None) -> pd.Series | None:
     """The control of a seed: its phase-1 run with γ/β unquantized (same init and batches), or None;
     at learning rate ``lr`` where given (a sweep with an LR axis has a control per LR)."""
-    ctrl = runs[runs["parent"].isna() & runs["norm_affine"].eq("none") & runs["seed"].eq(seed)]
-    if lr is not None and not pd.isna(lr) and "train.lr" in ctrl:
-        own = pd.to_numeric(ctrl["train.lr"], errors="coerce")
-        ctrl = ctrl[np.isclose(own, float(lr), rtol=1e-9, atol=0)]
+    ctrl = at_lr(runs[runs["parent"].isna() & runs["norm_affine"].eq("none") & runs["seed"].eq(seed)], lr)
     return ctrl.iloc[0] if not ctrl.empty else None
+
+
+def at_lr(runs: pd.DataFrame, lr: Any) -> pd.DataFrame:
+    """The runs that trained at learning rate ``lr``, by each run's own ``train.lr``: a sweep with an LR
+    axis (hydra.sweeper.params) holds several under one launch setting. A record without the field ran
+    at its sweep's LR and stays; ``lr`` None keeps every run."""
+    if lr is None or pd.isna(lr) or "train.lr" not in runs:
+        return runs
+    own = pd.to_numeric(runs["train.lr"], errors="coerce")
+    return runs[own.isna() | np.isclose(own, float(lr), rtol=1e-9, atol=0)]
 
 
 def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
@@ -311,6 +318,7 @@ __all__ = [
     "ONSET",
     "WINDOW",
     "branch_outcomes",
+    "at_lr",
     "control_run",
     "cosine_by_seed",
     "mechanism",

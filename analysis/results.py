@@ -552,20 +552,14 @@ def _scan(doc: _Doc, base: Source, sources: Sequence[Source], key: str = "train.
     fixed = [k for k in (*(k for k, _ in SETTING), "train.lr") if k != key]
     unique = {s.name: s for s in [base, *sources]}.values()  # the base may be among the sources
     same = [s for s in unique if s.ran and all(s.setting(k) == base.setting(k) for k in fixed)]
-    lr = base.setting("train.lr")
-
-    def at_base_lr(runs: pd.DataFrame) -> pd.DataFrame:
-        # A sweep with an LR axis keeps its base's train.lr in its launch setting: its runs at other
-        # LRs match the base's setting there but are other settings, so each run's own LR decides.
-        if key == "train.lr" or "train.lr" not in runs or lr is None:
-            return runs
-        own = pd.to_numeric(runs["train.lr"], errors="coerce")
-        return runs[own.isna() | np.isclose(own, float(lr), rtol=1e-9, atol=0)]
+    # A sweep with an LR axis keeps its base's train.lr in its launch setting: its runs at other LRs
+    # match the base's setting there but are other settings, so each run's own LR decides.
+    lr = None if key == "train.lr" else base.setting("train.lr")
 
     # A run's own value (an LR axis of hydra.sweeper.params), else the sweep's as launched (or
     # RECORD_DEFAULTS' for a field the sweep predates or left null).
     def keyed(s: Source) -> pd.DataFrame:
-        r = at_base_lr(s.runs)
+        r = proxy.at_lr(s.runs, lr)
         value = of_sweep(s.setting(key)) if of_sweep is not None else r[key] if key in r else s.setting(key)
         return r.assign(**{key: value})  # a Series of r itself: assigning s.runs' own would refill an empty r
 
