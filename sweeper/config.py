@@ -15,7 +15,8 @@ Only the ``RunConfig`` part of the root is a run: ``to_run_config`` drops ``budg
 * branches (second phase): every first-phase run is branched from its checkpoint at
   ``sweep.branch_step`` (or at each fraction in ``sweep.branch_at`` of its first-spike step, read
   from its record)
-  once per entry of ``sweep.branches`` (precision changes plus a ``name``).
+  once per entry of ``sweep.branches`` (precision changes plus a ``name``; an entry's ``train`` map
+  changes the optimizer's hyperparameters from the branch point on, ``BRANCH_TRAIN_FIELDS``).
 """
 
 from __future__ import annotations
@@ -226,7 +227,10 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
     resource_rules(sweep.resources)
     # Named options are resolved once, here (through Hydra's config search path): the grid sees fields.
     sweep.precisions = _resolved("sweep.precisions", sweep.precisions)
-    sweep.branches = _resolved("sweep.branches", sweep.branches)
+    sweep.branches = [
+        {**({"name": n} if n is not None else {}), **f, **({"train": t} if t else {})}
+        for n, f, t in branch_changes("sweep.branches", sweep.branches)
+    ]
     names = [str(p.get("name")) for p in sweep.precisions]
     unknown = [n for n in sweep.branch_parents if n not in names]
     if unknown:
@@ -296,6 +300,48 @@ def precision_changes(key: str, entries: list[dict[str, Any]]) -> list[tuple[str
             )
         out.append((None if name is None else str(name), entry))
     return out
+
+
+BRANCH_TRAIN_FIELDS = ("lr", "betas", "eps", "weight_decay", "grad_clip")
+"""The ``train`` fields a branch may change: the optimizer's hyperparameters. The weights and Adam's
+moments carry over from the parent's checkpoint (``train.checkpoint.restore`` keeps the branch's own
+hyperparameters), so such a branch asks what changing the optimizer from that point on does, e.g.
+``{name: adam_b2_95, train: {betas: [0.9, 0.95]}}``. Fields that change the optimizer's layout
+(``norm_lr_mult``) or the run's length and data cannot be changed mid-run."""
+
+
+def branch_changes(
+    key: str, entries: list[dict[str, Any]]
+) -> list[tuple[str | None, dict[str, Any], dict[str, Any]]]:
+    """``(name, {precision field: value}, {train field: value})`` per ``sweep.branches`` entry: its
+    precision part as ``precision_changes`` reads it, its ``train`` map checked against
+    ``BRANCH_TRAIN_FIELDS`` and validated by ``TrainConfig`` now (before any run starts, although
+    branches are planned only once their parents finish). An entry that changes ``train`` needs a
+    ``name``: a precision label cannot say what it changed."""
+    from train.config import TrainConfig
+
+    rest, trains = [], []
+    for i, entry in enumerate(entries):
+        entry = dict(entry)
+        train = entry.pop("train", None) or {}
+        where = f"{key}[{i}].train"
+        if not isinstance(train, dict):
+            raise ValueError(f"{where}={train!r} must be a map of train fields, e.g. {{betas: [0.9, 0.95]}}")
+        unknown = sorted(set(train) - set(BRANCH_TRAIN_FIELDS))
+        if unknown:
+            fields = ", ".join(BRANCH_TRAIN_FIELDS)
+            raise ValueError(f"{where} has unknown field(s) {unknown}; a branch may change: {fields}")
+        if train and entry.get("name") is None:
+            raise ValueError(
+                f"{key}[{i}] changes train ({', '.join(train)}): give it a name, its runs' label"
+            )
+        try:
+            TrainConfig(**train)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        rest.append(entry)
+        trains.append(dict(train))
+    return [(n, p, t) for (n, p), t in zip(precision_changes(key, rest), trains, strict=True)]
 
 
 def resource_rules(rules: list[Any]) -> list[tuple[float | None, dict[str, Any]]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeper import budget as budgets
-from sweeper.config import BudgetConfig, SweepConfig, precision_changes
+from sweeper.config import BudgetConfig, SweepConfig, branch_changes, precision_changes
 from sweeper.identity import dir_name, label, run_id
 from train.config import RunConfig
 
@@ -202,7 +202,7 @@ def branch(
     """The second phase: each parent (of ``sweep.branch_parents``' precisions, where given) branched
     from its checkpoint at ``sweep.branch_step``, or at ``step_of(parent)`` (``sweep.branch_at``: the
     caller reads it from the parent's record; None leaves that parent without branches)."""
-    entries = precision_changes("sweep.branches", sweep.branches)
+    entries = branch_changes("sweep.branches", sweep.branches)
     out, cache = [], {}
     twin = {} if sweep.branch_twin else {"twin_every": 0}
     if sweep.branch_parents:
@@ -217,12 +217,12 @@ def branch(
                 f"sweep.branch_step={k} needs a parent checkpoint at step {k}, but train.ckpt_every={every}; "
                 f"set train.ckpt_every to a divisor of {k}"
             )
-        for i, (name, changes) in enumerate(entries):
+        for i, (name, changes, optimizer) in enumerate(entries):
             where = f"sweep.branches[{i}]"
             try:
                 precision = parent.run.precision.replace(**changes)
                 train = dataclasses.replace(
-                    parent.run.train, branch_from=str(parent.out_dir), branch_step=k, **twin
+                    parent.run.train, branch_from=str(parent.out_dir), branch_step=k, **optimizer, **twin
                 )
                 run = dataclasses.replace(parent.run, precision=precision, train=train)
             except ValueError as e:
@@ -232,7 +232,7 @@ def branch(
                 **{f"precision.{f}": v for f, v in changes.items()},
                 "train.branch_from": str(parent.out_dir),
                 "train.branch_step": k,
-                **{f"train.{f}": v for f, v in twin.items()},
+                **{f"train.{f}": v for f, v in {**optimizer, **twin}.items()},
             }
             blabel = name or _precision_label(precision)
             stem = parent.name[: -len(parent.run_id) - 1]

@@ -152,6 +152,18 @@ SWEEP_CASES = [
     (["train.lrr=0.1"], "train.lrr"),
     (["sweep.rerun=everything"], "sweep.rerun='everything'"),
     (["sweep.branch_parents=[mx_ln]"], "sweep.branch_parents=['mx_ln']: 'mx_ln' is not a name in sweep."),
+    (
+        ["sweep.branch_step=10", "sweep.branches=[{name:b,train:{steps:5}}]"],
+        "sweep.branches[0].train has unknown",
+    ),
+    (
+        ["sweep.branch_step=10", "sweep.branches=[{train:{betas:[0.9,0.95]}}]"],
+        "sweep.branches[0] changes train",
+    ),
+    (
+        ["sweep.branch_step=10", "sweep.branches=[{name:b,train:{betas:[0.9,1.5]}}]"],
+        "sweep.branches[0].train: train.betas",
+    ),
     (["experiment=nope"], "experiment/nope"),
     (["sweep.resources=[{max_params:big,launcher:{mem_gb:2}}]"], "sweep.resources[0].max_params='big'"),
     (["sweep.resources=[{max_params:null}]"], "sweep.resources[0].launcher=None"),

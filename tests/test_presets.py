@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from launching import REPO
 
 import launch  # registers the root schema (run_schema) and the group schemas in Hydra's ConfigStore
+from records.identity import run_id
 from sweeper.config import sweep_settings, to_run_config
 from sweeper.grid import branch, expand
 
@@ -95,6 +96,15 @@ TINY = {
         "sweep.seeds=[0]",
         "sweep.branch_step=2",
     ],  # fmt: skip
+    "proxy_mechanism_d128_adam_branch": [
+        *TINY_PROXY,
+        "model.width=16",
+        "train.ckpt_every=1",
+        "train.steps=4",
+        "sweep.seeds=[32]",
+        "sweep.branch_at=[]",
+        "sweep.branch_step=2",
+    ],  # fmt: skip  (a fixed step, so the tiny run trains a branch that changes Adam's β2)
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
         "model.width=16",
@@ -153,6 +163,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_beta99": (32, 0),  # Adam β2 0.99; branches planned from the parents' records
     "proxy_mechanism_beta95": (16, 0),  # proxy_mechanism at Adam β2 0.95, phase 1 only
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
+    "proxy_mechanism_d128_adam_branch": (9, 0),  # the 9 parents; branches planned from their records
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
@@ -251,11 +262,18 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
         "proxy_late_norm10": 1,
         "proxy_late_wide": 1,
         "lm_precisions": 9,
+        "proxy_mechanism_d128_adam_branch": 5,  # one parent and its 4 branches at step 2
     }.get(name)
     assert len(records) == (expected or first + second)
     assert {s["status"] for s in records} <= {"done", "diverged"}, [s.get("error") for s in records]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["launched"] == len(records)
+    if name == "proxy_mechanism_d128_adam_branch":  # the β2 branches trained with their own betas
+        import yaml
+
+        betas = {p.parent.name.split("_")[-2]: yaml.safe_load(p.read_text())["train"]["betas"]
+                 for p in out.glob("*/config.yaml")}  # fmt: skip
+        assert {k: v for k, v in betas.items() if v} == {"95@2": [0.9, 0.95], "99@2": [0.9, 0.99]}
 
 
 def _check_spike_branches(out) -> int:
@@ -393,3 +411,24 @@ def test_branch_parents_limits_the_second_phase_to_those_precisions(tmp_path):
         branches = branch(runs, sweep, tmp_path / name)
         plans[name] = {b.parent.coords["precision"] for b in branches}, len(branches)
     assert plans["every"] == ({"mx_ln_e4m3", "mx_ln_none"}, 20) and plans["only"] == ({"mx_ln_e4m3"}, 10)
+
+
+def test_a_branch_may_change_the_optimizer_and_its_job_composes_the_same_run(tmp_path):
+    """A ``train`` map in a sweep.branches entry: the branch's run trains with those betas from the
+    branch point (its parent's keep theirs), and the overrides its job gets compose that same run."""
+    over = [
+        "experiment=proxy_mechanism", "sweep.seeds=[0]", "sweep.branch_at=[]", "sweep.branch_step=100",
+        "sweep.branch_parents=[mx_ln_e4m3]", "sweep.branches=[{name:adam_b2_95,train:{betas:[0.9,0.95]}}]",
+    ]  # fmt: skip
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[*over, *LOGGER])
+        sweep, budget = sweep_settings(cfg)
+        runs = expand(to_run_config(cfg), sweep, budget, tmp_path)
+        (b,) = branch(runs, sweep, tmp_path)
+        assert b.run.train.betas == [0.9, 0.95] and b.parent.run.train.betas is None
+        assert (
+            b.run.precision == b.parent.run.precision and b.coords["precision"] == "mx_ln_e4m3→adam_b2_95@100"
+        )
+        assert "train.betas=[0.9,0.95]" in b.overrides
+        job = to_run_config(compose("config", overrides=[*over, *b.overrides, *LOGGER]))
+    assert run_id(job) == b.run_id

@@ -246,6 +246,29 @@ def test_branch_replays_parent_data_order_and_state(tmp_path):
     assert set(fp4_rec.policy.values()) == {"fp4_e2m1"} and low[21] != parent[21]
 
 
+class Betas(Callback):
+    def __init__(self):
+        self.betas = set()
+
+    def on_step_end(self, state, metrics):
+        self.betas |= {tuple(g["betas"]) for g in state.optimizer.param_groups}
+
+
+def test_a_branch_trains_with_its_own_betas_from_its_parents_moments(tmp_path):
+    """A branch that changes β2 keeps the parent's weights and Adam moments but steps with its own
+    betas (torch's load_state_dict would put the parent's back: that branch trained as its parent)."""
+    run_task(proxy_run(tmp_path / "parent", ckpt_every=20))
+    branch = dict(ckpt_every=20, branch_from=str(tmp_path / "parent"), branch_step=20)
+    probe = Betas()
+    run_task(proxy_run(tmp_path / "b95", betas=[0.9, 0.95], **branch), extra=(probe,))
+    parent, b95 = losses(tmp_path / "parent"), losses(tmp_path / "b95")
+    assert probe.betas == {(0.9, 0.95)}
+    assert b95[21] == parent[21] and b95[22] != parent[22]  # same state at 20, another update after it
+    # the moments are the parent's: a fresh Adam (zero moments) at step 20 would take another step
+    fresh = checkpoint.load(checkpoint.path_for(tmp_path / "b95", 40))["optimizer"]["state"]
+    assert all(int(s["step"]) == 40 for s in fresh.values())
+
+
 class InfAt(ProxyTask):
     """A proxy whose loss becomes inf on the batch of ``bad_step``."""
 

@@ -168,9 +168,17 @@ def restore(
     state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer, *, rng: bool = True
 ) -> None:
     """Load model/optimizer (and, with ``rng``, the RNG states) from a ``load``-ed checkpoint. The
-    policy is not applied here: the caller decides (resume keeps it, a branch sets its own)."""
+    policy is not applied here: the caller decides (resume keeps it, a branch sets its own).
+
+    The optimizer's *state* (Adam's moments and step counts) is the checkpoint's, its hyperparameters
+    (betas, eps, weight decay) stay those ``optimizer`` was built with, i.e. this run's: torch's
+    ``load_state_dict`` would put back the saved run's, so a branch that changes β2 at its branch point
+    would otherwise keep training with its parent's. On a resume the two are the same."""
     model.load_state_dict(state["model"])
+    own = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     optimizer.load_state_dict(state["optimizer"])
+    for group, settings in zip(optimizer.param_groups, own, strict=True):
+        group.update(settings)
     if not rng:
         return
     torch.set_rng_state(state["torch_rng"].cpu())
