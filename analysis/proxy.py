@@ -293,6 +293,60 @@ def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def beta_branches(runs: pd.DataFrame) -> list[str]:
+    """The branch variants that changed Adam's betas at their branch point (``train.betas`` differs from
+    their parent's): optimizer branches, which keep the parent's precision, weights and moments."""
+    if runs.empty or "train.betas" not in runs:
+        return []
+    betas = {r: betas_of(b) for r, b in zip(runs["run"], runs["train.betas"], strict=True)}
+    branches = runs[runs["parent"].notna()]
+    rows = zip(branches["variant"], branches["parent"], branches["train.betas"], strict=True)
+    changed = [v for v, p, b in rows if p in betas and betas_of(b) != betas[p]]
+    return list(dict.fromkeys(changed))
+
+
+def betas_of(value: Any) -> tuple[float, ...] | None:
+    """A record's ``train.betas`` (a list, its JSON text, or missing: the task's default) as a tuple."""
+    if isinstance(value, str):
+        import json
+
+        value = json.loads(value)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return tuple(float(b) for b in value)
+
+
+def paired_rescues(branches: pd.DataFrame, variant: str, against: str) -> pd.DataFrame:
+    """``variant`` against ``against`` on the same parents, per branch point: of the parents branched
+    into both (finished), how many each avoided the blow-up in, and how many only one did; the exact
+    McNemar p (two-sided binomial test on those discordant parents: is one more often the rescue?)."""
+    from scipy.stats import binomtest
+
+    done = branches[branches["finished"] & branches["variant"].isin([variant, against])]
+    points = "branch_at" in done and done["branch_at"].notna().any()
+    rows = []
+    for point, g in done.groupby("branch_at") if points else [(None, done)]:
+        wide = g.pivot_table(index="parent", columns="variant", values="stable", aggfunc="first")
+        if variant not in wide or against not in wide:
+            continue
+        wide = wide.dropna().astype(bool)
+        only_v = int((wide[variant] & ~wide[against]).sum())
+        only_a = int((wide[against] & ~wide[variant]).sum())
+        n = only_v + only_a
+        rows.append(
+            {
+                **({"branch at (× spike step)": point} if points else {}),
+                "parents": len(wide),
+                f"{variant} avoided": int(wide[variant].sum()),
+                f"{against} avoided": int(wide[against].sum()),
+                f"only {variant}": only_v,
+                f"only {against}": only_a,
+                "p (exact McNemar)": float(binomtest(only_v, n).pvalue) if n else 1.0,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def step_times(runs: pd.DataFrame) -> pd.DataFrame:
     """Median step time per variant without and with the fp32 twin."""
     cols = [c for c in ("median_step_time", "median_step_time_with_twin") if c in runs]
@@ -319,11 +373,14 @@ __all__ = [
     "WINDOW",
     "branch_outcomes",
     "at_lr",
+    "beta_branches",
+    "betas_of",
     "control_run",
     "cosine_by_seed",
     "mechanism",
     "onset",
     "outcomes",
+    "paired_rescues",
     "proxy_runs",
     "step_times",
     "variant",

@@ -269,6 +269,7 @@ RERUN_BRANCHES = (
     "proxy_mechanism_d128_beta99",
     "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_step20",
+    "proxy_mechanism_d128_adam_branch",
     "proxy_released",
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
@@ -952,6 +953,20 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
                 f"branch point cannot tell the interventions apart.{when}",
                 "",
             )
+    for name in proxy.beta_branches(result.runs):
+        paired = proxy.paired_rescues(hot, name, "no_mx")
+        if paired.empty:
+            continue
+        rows = result.runs[result.runs["variant"].eq(name)]
+        betas = ", ".join(dict.fromkeys(str(list(proxy.betas_of(b))) for b in rows["train.betas"]))
+        doc.add(
+            f"`{name}` changed only Adam's betas, to {betas}, at the branch point: MX, γ in E4M3, the "
+            "weights and Adam's moments stay the parent's. Against switching everything to fp32 "
+            "(`no_mx`) on the same parents that blew up:",
+            "",
+            md_table(paired),
+            "",
+        )
     if not src.cur.empty:
         from analysis import plots
 
@@ -1231,9 +1246,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
     ]
     # collect writes a list-valued field as JSON; null (the task's default) is RECORD_DEFAULTS'.
     betas = parents["train.betas"] if "train.betas" in parents else pd.Series(None, index=parents.index)
-    parents["adam_beta2"] = [
-        (json.loads(b) if isinstance(b, str) else RECORD_DEFAULTS["train.betas"])[1] for b in betas
-    ]
+    parents["adam_beta2"] = [(proxy.betas_of(b) or RECORD_DEFAULTS["train.betas"])[1] for b in betas]
     for k in keys:
         if k not in parents:
             parents[k] = RECORD_DEFAULTS.get(k, np.nan)

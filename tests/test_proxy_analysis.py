@@ -371,6 +371,17 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     assert "avoided the blow-up in 3 of 3 branches" in text
     assert "Of those, 1 still spiked (first spike of each parent → of its fp32 branch: 400 → 395)" in text
 
+    # a branch that changed only Adam's betas is set against fp32 on the same parents
+    beta = [{**b, "run": b["run"].replace("no_ln_quant", "adam_b2_95"), "train.betas": "[0.9, 0.95]",
+             "sweep.precision": b["sweep.precision"].replace("no_ln_quant", "adam_b2_95")}
+            for b in rescued if b["run"].startswith("no_ln_quant")]  # fmt: skip
+    opt = sweep("o", [*parents, *rescued, *beta], "train:\n  lr: 0.004\n")
+    doc = _Doc(tmp_path / "docs" / "o.md")
+    _intervention_block(doc, opt, _interventions(opt), "o.png")
+    text = "\n".join(doc.lines)
+    assert "`adam_b2_95` changed only Adam's betas, to [0.9, 0.95], at the branch point" in text
+    assert "| 3 | 3 | 3 | 0 | 0 | 1 |" in text  # 3 parents, each rescued by both: none discordant, p = 1
+
 
 def test_the_search_log_tells_teachers_apart(tmp_path):
     """A row per setting, the teacher included: a record from before ``model.teacher`` existed ran the
@@ -899,3 +910,26 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     doc = _Doc(tmp_path / "docs" / "missing.md")
     _prefix_control(doc, missing, None)
     assert doc.lines[0] == "Not run yet: `python launch.py -m x` (the control of the early fp32 branches)."
+
+
+def test_beta_branches_are_paired_with_fp32_on_the_same_parents():
+    """An optimizer branch (Adam's betas changed at the branch point) is told from the precision
+    branches by its betas against its parent's, and set against fp32 parent by parent: a rescue by
+    one only counts as discordant, and the exact McNemar p comes from those."""
+    rows = []
+    for s in range(6):
+        rows.append(_run(f"ln_s{s}", "mx_ln", s, final=0.09, twin=0.03, spike=300, recovered=False))
+        b95 = s < 5  # β2 0.95 rescues five parents, fp32 one (the sixth)
+        rows += [
+            _run(f"b_s{s}", "mx_ln→adam_b2_95@100", s, final=0.03 if b95 else 0.09, parent=f"ln_s{s}",
+                 branch_step=100, **{"train.betas": "[0.9, 0.95]"}),
+            _run(f"f_s{s}", "mx_ln→no_mx@100", s, final=0.09 if s < 5 else 0.03, parent=f"ln_s{s}",
+                 branch_step=100),
+        ]  # fmt: skip
+    runs = proxy.proxy_runs(pd.DataFrame(rows))
+    assert proxy.beta_branches(runs) == ["adam_b2_95"]  # no_mx kept its parent's (default) betas
+    (p,) = proxy.paired_rescues(runs[runs["parent"].notna()], "adam_b2_95", "no_mx").to_dict("records")
+    assert (p["parents"], p["adam_b2_95 avoided"], p["no_mx avoided"]) == (6, 5, 1)
+    assert (p["only adam_b2_95"], p["only no_mx"]) == (5, 1)
+    assert p["p (exact McNemar)"] == pytest.approx(0.21875)  # 2 · P(X ≥ 5), X ~ Bin(6, 1/2)
+    assert proxy.betas_of("[0.9, 0.95]") == (0.9, 0.95) and proxy.betas_of(math.nan) is None
