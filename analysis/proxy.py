@@ -293,16 +293,36 @@ def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def beta_branches(runs: pd.DataFrame) -> list[str]:
-    """The branch variants that changed Adam's betas at their branch point (``train.betas`` differs from
-    their parent's): optimizer branches, which keep the parent's precision, weights and moments."""
-    if runs.empty or "train.betas" not in runs:
-        return []
-    betas = {r: betas_of(b) for r, b in zip(runs["run"], runs["train.betas"], strict=True)}
-    branches = runs[runs["parent"].notna()]
-    rows = zip(branches["variant"], branches["parent"], branches["train.betas"], strict=True)
-    changed = [v for v, p, b in rows if p in betas and betas_of(b) != betas[p]]
-    return list(dict.fromkeys(changed))
+OPTIMIZER_KEYS = ("train.betas", "train.lr")
+"""The optimizer settings a branch can change at its branch point that the study reads (Adam's betas
+and the learning rate); a branch whose values differ from its parent's is an optimizer branch."""
+
+
+def optimizer_branches(runs: pd.DataFrame) -> dict[str, str]:
+    """The branch variants that changed the optimizer at their branch point (one of ``OPTIMIZER_KEYS``
+    differs from their parent's), each → what it changed (``"Adam's betas to [0.9, 0.95]"``). They keep
+    the parent's precision, weights and moments."""
+    if runs.empty:
+        return {}
+    by_run = runs.set_index("run")
+    out = {}
+    for _, b in runs[runs["parent"].notna()].iterrows():
+        if b["parent"] not in by_run.index:
+            continue
+        parent = by_run.loc[b["parent"]]
+        changed = []
+        if "train.betas" in runs and betas_of(b["train.betas"]) != betas_of(parent["train.betas"]):
+            changed.append(f"Adam's betas to {list(betas_of(b['train.betas']))}")
+        if "train.lr" in runs and not _same(b["train.lr"], parent["train.lr"]):
+            changed.append(f"the LR from {parent['train.lr']:g} to {b['train.lr']:g}")
+        if changed:
+            out.setdefault(b["variant"], " and ".join(changed))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = pd.to_numeric(a, errors="coerce"), pd.to_numeric(b, errors="coerce")
+    return bool((pd.isna(a) and pd.isna(b)) or np.isclose(a, b, rtol=1e-9, atol=0.0))
 
 
 def betas_of(value: Any) -> tuple[float, ...] | None:
@@ -373,7 +393,7 @@ __all__ = [
     "WINDOW",
     "branch_outcomes",
     "at_lr",
-    "beta_branches",
+    "optimizer_branches",
     "betas_of",
     "control_run",
     "cosine_by_seed",

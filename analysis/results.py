@@ -270,6 +270,7 @@ RERUN_BRANCHES = (
     "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_step20",
     "proxy_mechanism_d128_adam_branch",
+    "proxy_mechanism_d128_adam_dose",
     "proxy_released",
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
@@ -953,16 +954,14 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
                 f"branch point cannot tell the interventions apart.{when}",
                 "",
             )
-    for name in proxy.beta_branches(result.runs):
+    for name, changed in proxy.optimizer_branches(result.runs).items():
         paired = proxy.paired_rescues(hot, name, "no_mx")
         if paired.empty:
             continue
-        rows = result.runs[result.runs["variant"].eq(name)]
-        betas = ", ".join(dict.fromkeys(str(list(proxy.betas_of(b))) for b in rows["train.betas"]))
         doc.add(
-            f"`{name}` changed only Adam's betas, to {betas}, at the branch point: MX, γ in E4M3, the "
-            "weights and Adam's moments stay the parent's. Against switching everything to fp32 "
-            "(`no_mx`) on the same parents that blew up:",
+            f"`{name}` changed only {changed} at the branch point: MX, γ in E4M3, the weights and "
+            "Adam's moments stay the parent's. Against switching everything to fp32 (`no_mx`) on the "
+            "same parents that blew up:",
             "",
             md_table(paired),
             "",

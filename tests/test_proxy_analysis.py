@@ -379,7 +379,7 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     doc = _Doc(tmp_path / "docs" / "o.md")
     _intervention_block(doc, opt, _interventions(opt), "o.png")
     text = "\n".join(doc.lines)
-    assert "`adam_b2_95` changed only Adam's betas, to [0.9, 0.95], at the branch point" in text
+    assert "`adam_b2_95` changed only Adam's betas to [0.9, 0.95] at the branch point" in text
     assert "| 3 | 3 | 3 | 0 | 0 | 1 |" in text  # 3 parents, each rescued by both: none discordant, p = 1
 
 
@@ -912,10 +912,10 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     assert doc.lines[0] == "Not run yet: `python launch.py -m x` (the control of the early fp32 branches)."
 
 
-def test_beta_branches_are_paired_with_fp32_on_the_same_parents():
-    """An optimizer branch (Adam's betas changed at the branch point) is told from the precision
-    branches by its betas against its parent's, and set against fp32 parent by parent: a rescue by
-    one only counts as discordant, and the exact McNemar p comes from those."""
+def test_optimizer_branches_are_paired_with_fp32_on_the_same_parents():
+    """An optimizer branch (Adam's betas or the LR changed at the branch point) is told from the
+    precision branches by those settings against its parent's, and set against fp32 parent by parent:
+    a rescue by one only counts as discordant, and the exact McNemar p comes from those."""
     rows = []
     for s in range(6):
         rows.append(_run(f"ln_s{s}", "mx_ln", s, final=0.09, twin=0.03, spike=300, recovered=False))
@@ -925,9 +925,17 @@ def test_beta_branches_are_paired_with_fp32_on_the_same_parents():
                  branch_step=100, **{"train.betas": "[0.9, 0.95]"}),
             _run(f"f_s{s}", "mx_ln→no_mx@100", s, final=0.09 if s < 5 else 0.03, parent=f"ln_s{s}",
                  branch_step=100),
+            _run(f"h_s{s}", "mx_ln→lr_half@100", s, final=0.09, parent=f"ln_s{s}", branch_step=100,
+                 **{"train.lr": 4e-3}),
         ]  # fmt: skip
-    runs = proxy.proxy_runs(pd.DataFrame(rows))
-    assert proxy.beta_branches(runs) == ["adam_b2_95"]  # no_mx kept its parent's (default) betas
+    frame = pd.DataFrame(rows)
+    frame["train.lr"] = frame["train.lr"].fillna(8e-3)
+    runs = proxy.proxy_runs(frame)
+    # no_mx kept its parent's (default) betas and LR
+    assert proxy.optimizer_branches(runs) == {
+        "adam_b2_95": "Adam's betas to [0.9, 0.95]",
+        "lr_half": "the LR from 0.008 to 0.004",
+    }
     (p,) = proxy.paired_rescues(runs[runs["parent"].notna()], "adam_b2_95", "no_mx").to_dict("records")
     assert (p["parents"], p["adam_b2_95 avoided"], p["no_mx avoided"]) == (6, 5, 1)
     assert (p["only adam_b2_95"], p["only no_mx"]) == (5, 1)
