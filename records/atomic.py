@@ -22,9 +22,14 @@ class DiskFull(OSError):
     checkpoint: the size of the one before it)."""
 
     def __init__(self, path: Path, needed: int | None, at_least: bool = False):
-        self.path, self.needed = path, needed
+        self.path, self.needed, self.at_least = path, needed, at_least
         size = f"{'at least ' if at_least else ''}{_bytes(needed)} needed" if needed else "size unknown"
         super().__init__(errno.ENOSPC, f"no space left on device for {path} ({size})")
+
+    def __reduce__(self):
+        # OSError pickles as cls(errno, message); a run's DiskFull crosses the pool launcher's process
+        # boundary, and unpickling it with those arguments failed and broke the whole pool.
+        return type(self), (self.path, self.needed, self.at_least)
 
 
 def _bytes(n: int) -> str:

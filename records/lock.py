@@ -45,13 +45,16 @@ class RunHeld(RuntimeError):
     """The run is being trained by another live process (``holder``: its running.json)."""
 
     def __init__(self, path: Path, holder: dict[str, Any]):
-        self.holder = holder
+        self.path, self.holder = path, holder
         job = f", SLURM job {holder['job']}" if holder.get("job") else ""
         since = time.strftime("%H:%M:%S", time.localtime(holder.get("started", 0)))
         super().__init__(
             f"{path.parent} is being trained by pid {holder.get('pid')} on {holder.get('host')}{job} "
             f"(since {since}); skipped here"
         )
+
+    def __reduce__(self):  # as records.atomic.DiskFull: it crosses the pool launcher's process boundary
+        return type(self), (self.path, self.holder)
 
 
 def scheduler_job() -> str | None:

@@ -286,6 +286,25 @@ def test_disk_full_names_the_file_and_the_bytes(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_disk_full_crosses_a_process_boundary():
+    """A run's DiskFull (or RunHeld) reaches the sweep through the pool launcher's pickling (loky): it
+    must unpickle as itself. It did not (OSError's pickle calls the class with (errno, message), which
+    DiskFull's __init__ read as (path, needed)), and the pool broke: every queued run went unlaunched."""
+    import pickle
+    from pathlib import Path
+
+    from records import DiskFull
+
+    e = pickle.loads(pickle.dumps(DiskFull(Path("/sw/run/ckpt/step_50.pt"), 6_000_000, at_least=True)))
+    assert isinstance(e, DiskFull) and e.path == Path("/sw/run/ckpt/step_50.pt") and e.needed == 6_000_000
+    assert str(e) == "[Errno 28] no space left on device for /sw/run/ckpt/step_50.pt (at least 6 MB needed)"
+    from records.lock import RunHeld
+
+    held = RunHeld(Path("/sw/run/running.json"), {"pid": 7, "host": "n1", "started": 0})
+    again = pickle.loads(pickle.dumps(held))
+    assert isinstance(again, RunHeld) and again.holder == held.holder and str(again) == str(held)
+
+
 # -- the precision defaults and the one label (issue 11; issue 12's "one precision label") -------------
 def test_quant_policy_takes_its_defaults_from_the_records_table():
     import dataclasses
