@@ -958,10 +958,19 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
         paired = proxy.paired_rescues(hot, name, "no_mx")
         if paired.empty:
             continue
+        own = hot[hot["variant"].eq(name)]
+        spiked = own[own["spike_step"].notna()]
+        after = spiked["spike_step"] - spiked["branch_step"]
+        transient = (
+            f" {len(spiked)} of its {len(own)} branches spiked {after.min():.0f}–{after.max():.0f} steps "
+            f"after the branch point, and {int(spiked['recovered'].eq(True).sum())} of those recovered."
+            if not spiked.empty
+            else f" None of its {len(own)} branches spiked."
+        )
         doc.add(
             f"`{name}` changed only {changed} at the branch point: MX, γ in E4M3, the weights and "
-            "Adam's moments stay the parent's. Against switching everything to fp32 (`no_mx`) on the "
-            "same parents that blew up:",
+            f"Adam's moments stay the parent's.{transient} Against switching everything to fp32 "
+            "(`no_mx`) on the same parents that blew up:",
             "",
             md_table(paired),
             "",

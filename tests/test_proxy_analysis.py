@@ -380,6 +380,7 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     _intervention_block(doc, opt, _interventions(opt), "o.png")
     text = "\n".join(doc.lines)
     assert "`adam_b2_95` changed only Adam's betas to [0.9, 0.95] at the branch point" in text
+    assert "Adam's moments stay the parent's. None of its 3 branches spiked." in text
     assert "| 3 | 3 | 3 | 0 | 0 | 1 |" in text  # 3 parents, each rescued by both: none discordant, p = 1
 
 
