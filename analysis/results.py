@@ -763,7 +763,8 @@ def proxy_claims(
                 doc.add(f"Not run yet: `{src.command}` (1.3's interventions, another setting).", "")
             continue
         where = (
-            f"branch points {' and '.join(f'{f:g}' for f in src.branch_at)} × the spike step"
+            f"branch point{'s' if len(src.branch_at) > 1 else ''} "
+            f"{' and '.join(f'{f:g}' for f in src.branch_at)} × the spike step"
             if src.branch_at
             else f"branched at step {src.setting('sweep.branch_step')}"
         )
@@ -950,8 +951,8 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
             when = f" First spike of each parent → of its fp32 branch: {', '.join(lost)}." if lost else ""
             doc.add(
                 f"{at.capitalize()}, even switching everything to fp32 (`no_mx`) avoided the blow-up "
-                f"in only {k} of {n} branches: these runs are already past rescue there, so this "
-                f"branch point cannot tell the interventions apart.{when}",
+                f"in only {k} of {n} branches: these runs are already past what a change of precision "
+                f"rescues there, so this branch point cannot tell the precision interventions apart.{when}",
                 "",
             )
     for name, changed in proxy.optimizer_branches(result.runs).items():
@@ -963,7 +964,8 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
         after = spiked["spike_step"] - spiked["branch_step"]
         transient = (
             f" {len(spiked)} of its {len(own)} branches spiked {after.min():.0f}–{after.max():.0f} steps "
-            f"after the branch point, and {int(spiked['recovered'].eq(True).sum())} of those recovered."
+            f"after the branch point (median {after.median():.0f}), and "
+            f"{int(spiked['recovered'].eq(True).sum())} of those recovered."
             if not spiked.empty
             else f" None of its {len(own)} branches spiked."
         )

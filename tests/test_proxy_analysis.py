@@ -387,7 +387,9 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     opt = sweep("j", [*parents, *rescued, *jolted], "train:\n  lr: 0.004\n")
     doc = _Doc(tmp_path / "docs" / "j.md")
     _intervention_block(doc, opt, _interventions(opt), "j.png")
-    jolt = "3 of its 3 branches spiked 10–12 steps after the branch point, and 3 of those recovered."
+    jolt = (
+        "3 of its 3 branches spiked 10–12 steps after the branch point (median 11), and 3 of those recovered."
+    )
     assert jolt in "\n".join(doc.lines)
     assert "| 3 | 3 | 3 | 0 | 0 | 1 |" in text  # 3 parents, each rescued by both: none discordant, p = 1
 
