@@ -271,6 +271,7 @@ RERUN_BRANCHES = (
     "proxy_mechanism_d128_step20",
     "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_dose",
+    "proxy_mechanism_adam_branch",
     "proxy_released",
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""

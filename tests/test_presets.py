@@ -105,6 +105,15 @@ TINY = {
         "sweep.branch_at=[]",
         "sweep.branch_step=2",
     ],  # fmt: skip  (a fixed step, so the tiny run trains a branch that changes Adam's β2)
+    "proxy_mechanism_adam_branch": [
+        *TINY_PROXY,
+        "model.width=16",
+        "train.ckpt_every=1",
+        "train.steps=4",
+        "sweep.seeds=[0]",
+        "sweep.branch_at=[]",
+        "sweep.branch_step=2",
+    ],  # fmt: skip
     "proxy_mechanism_d128_adam_dose": [
         *TINY_PROXY,
         "model.width=16",
@@ -173,6 +182,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_beta95": (16, 0),  # proxy_mechanism at Adam β2 0.95, phase 1 only
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_adam_branch": (9, 0),  # the 9 parents; branches planned from their records
+    "proxy_mechanism_adam_branch": (8, 0),  # d256 seeds 0–7; branches planned from their records
     "proxy_mechanism_d128_adam_dose": (9, 0),  # the same 9 parents; branches planned from their records
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
@@ -233,6 +243,7 @@ VARIANTS = {
     "proxy_mechanism_d128_beta95": "proxy_mechanism_d128",
     "proxy_mechanism_d128_beta99": "proxy_mechanism_d128_beta95",
     "proxy_mechanism_beta95": "proxy_mechanism",
+    "proxy_mechanism_adam_branch": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_dose": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
