@@ -36,6 +36,8 @@ TINY_LM = [  # synthetic bytes, 2 × 16 tokens per step, one 32-wide shape, a ha
     "budget.evals=1",
 ]
 TINY_PROXY = ["train.steps=2", "train.batch_size=8", "train.eval_every=0", "train.eval_batches=1"]
+TINY_BRANCHED = [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.steps=4", "sweep.branch_at=[]",
+                 "sweep.branch_step=2"]  # fmt: skip
 TINY = {
     "smoke": [],
     "precision_grid": TINY_LM,
@@ -96,33 +98,10 @@ TINY = {
         "sweep.seeds=[0]",
         "sweep.branch_step=2",
     ],  # fmt: skip
-    "proxy_mechanism_d128_adam_branch": [
-        *TINY_PROXY,
-        "model.width=16",
-        "train.ckpt_every=1",
-        "train.steps=4",
-        "sweep.seeds=[32]",
-        "sweep.branch_at=[]",
-        "sweep.branch_step=2",
-    ],  # fmt: skip  (a fixed step, so the tiny run trains a branch that changes Adam's β2)
-    "proxy_mechanism_adam_branch": [
-        *TINY_PROXY,
-        "model.width=16",
-        "train.ckpt_every=1",
-        "train.steps=4",
-        "sweep.seeds=[0]",
-        "sweep.branch_at=[]",
-        "sweep.branch_step=2",
-    ],  # fmt: skip
-    "proxy_mechanism_d128_adam_dose": [
-        *TINY_PROXY,
-        "model.width=16",
-        "train.ckpt_every=1",
-        "train.steps=4",
-        "sweep.seeds=[32]",
-        "sweep.branch_at=[]",
-        "sweep.branch_step=2",
-    ],  # fmt: skip
+    # a fixed step, so the tiny run trains branches, among them ones that change Adam's β2
+    "proxy_mechanism_d128_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[32]"],
+    "proxy_mechanism_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[0]"],
+    "proxy_mechanism_d128_adam_dose": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
         "model.width=16",
