@@ -293,15 +293,10 @@ def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-OPTIMIZER_KEYS = ("train.betas", "train.lr")
-"""The optimizer settings a branch can change at its branch point that the study reads (Adam's betas
-and the learning rate); a branch whose values differ from its parent's is an optimizer branch."""
-
-
 def optimizer_branches(runs: pd.DataFrame) -> dict[str, str]:
-    """The branch variants that changed the optimizer at their branch point (one of ``OPTIMIZER_KEYS``
-    differs from their parent's), each → what it changed (``"Adam's betas to [0.9, 0.95]"``). They keep
-    the parent's precision, weights and moments."""
+    """The branch variants that changed the optimizer at their branch point (their record's Adam betas
+    or learning rate differ from their parent's), each → what it changed (``"Adam's betas to [0.9,
+    0.95]"``). They keep the parent's precision, weights and moments."""
     if runs.empty:
         return {}
     by_run = runs.set_index("run")
