@@ -97,7 +97,8 @@ class SweepConfig:
     branch_step: int | None = None
     """Second phase: branch every first-phase run from its checkpoint at this step ..."""
     branches: list[dict[str, Any]] = field(default_factory=list)
-    """... once per entry, ``{name: ..., <precision fields to change>}``."""
+    """... once per entry, ``{name: ..., <precision fields to change>}`` (and an optional ``train``
+    map of optimizer settings, ``BRANCH_TRAIN_FIELDS``)."""
     branch_at: list[float] = field(default_factory=list)
     """Instead of a fixed ``branch_step``: branch each parent at these fractions of the step of its
     first spike (``spike_step``, else its ``diverged_step``), each rounded down to one of its
@@ -112,6 +113,10 @@ class SweepConfig:
     """Branches keep the fp32 twin. Off, they train without it: up to the branch step a branch's twin
     would be its parent's, and after it the same fp32 trajectory again (same init, batches and LR),
     so the parent's twin is already every branch's fp32 reference, at half the cost."""
+    branch_ckpt_every: int | None = None
+    """Branches checkpoint every this many steps (0: only at the end and on a signal); None: their
+    parent's ``train.ckpt_every``. A branch's checkpoints serve only to resume it or branch from it
+    again, and at the parents' fine cadence a few hundred branches wrote tens of GB (a disk filled)."""
     throughput: float = 2.0e9
     """FLOP/s (6·N·D per second) assumed by the dry run's time estimate (per run, one job)."""
     progress: bool = True
@@ -217,6 +222,11 @@ def sweep_settings(cfg: DictConfig) -> tuple[SweepConfig, BudgetConfig]:
         raise ValueError(
             "sweep.branches needs one of sweep.branch_step (a fixed parent checkpoint step) or "
             "sweep.branch_at (fractions of each parent's first-spike step, e.g. [0.4,0.75])"
+        )
+    if sweep.branch_ckpt_every is not None and sweep.branch_ckpt_every < 0:
+        raise ValueError(
+            f"sweep.branch_ckpt_every={sweep.branch_ckpt_every} must be >= 0 (0: only at the end) or null "
+            "(the parent's train.ckpt_every)"
         )
     bad = [f for f in sweep.branch_at if not 0 < f < 1]
     if bad:

@@ -204,7 +204,9 @@ def branch(
     caller reads it from the parent's record; None leaves that parent without branches)."""
     entries = branch_changes("sweep.branches", sweep.branches)
     out, cache = [], {}
-    twin = {} if sweep.branch_twin else {"twin_every": 0}
+    own = {} if sweep.branch_twin else {"twin_every": 0}  # a branch's own bookkeeping settings
+    if sweep.branch_ckpt_every is not None:
+        own["ckpt_every"] = sweep.branch_ckpt_every
     if sweep.branch_parents:
         parents = [p for p in parents if p.coords.get("precision") in sweep.branch_parents]
     for parent in parents:
@@ -222,7 +224,7 @@ def branch(
             try:
                 precision = parent.run.precision.replace(**changes)
                 train = dataclasses.replace(
-                    parent.run.train, branch_from=str(parent.out_dir), branch_step=k, **optimizer, **twin
+                    parent.run.train, branch_from=str(parent.out_dir), branch_step=k, **optimizer, **own
                 )
                 run = dataclasses.replace(parent.run, precision=precision, train=train)
             except ValueError as e:
@@ -232,7 +234,7 @@ def branch(
                 **{f"precision.{f}": v for f, v in changes.items()},
                 "train.branch_from": str(parent.out_dir),
                 "train.branch_step": k,
-                **{f"train.{f}": v for f, v in {**optimizer, **twin}.items()},
+                **{f"train.{f}": v for f, v in {**optimizer, **own}.items()},
             }
             blabel = name or _precision_label(precision)
             stem = parent.name[: -len(parent.run_id) - 1]

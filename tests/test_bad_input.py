@@ -164,6 +164,7 @@ SWEEP_CASES = [
         ["sweep.branch_step=10", "sweep.branches=[{name:b,train:{betas:[0.9,1.5]}}]"],
         "sweep.branches[0].train: train.betas",
     ),
+    (["sweep.branch_ckpt_every=-1"], "sweep.branch_ckpt_every=-1 must be >= 0"),
     (["experiment=nope"], "experiment/nope"),
     (["sweep.resources=[{max_params:big,launcher:{mem_gb:2}}]"], "sweep.resources[0].max_params='big'"),
     (["sweep.resources=[{max_params:null}]"], "sweep.resources[0].launcher=None"),

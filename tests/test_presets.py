@@ -420,6 +420,7 @@ def test_a_branch_may_change_the_optimizer_and_its_job_composes_the_same_run(tmp
     over = [
         "experiment=proxy_mechanism", "sweep.seeds=[0]", "sweep.branch_at=[]", "sweep.branch_step=100",
         "sweep.branch_parents=[mx_ln_e4m3]", "sweep.branches=[{name:adam_b2_95,train:{betas:[0.9,0.95]}}]",
+        "sweep.branch_ckpt_every=0",  # the branch checkpoints only at its end; its parent every 100 steps
     ]  # fmt: skip
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[*over, *LOGGER])
@@ -427,6 +428,7 @@ def test_a_branch_may_change_the_optimizer_and_its_job_composes_the_same_run(tmp
         runs = expand(to_run_config(cfg), sweep, budget, tmp_path)
         (b,) = branch(runs, sweep, tmp_path)
         assert b.run.train.betas == [0.9, 0.95] and b.parent.run.train.betas is None
+        assert (b.run.train.ckpt_every, b.parent.run.train.ckpt_every) == (0, 100)
         assert (
             b.run.precision == b.parent.run.precision and b.coords["precision"] == "mx_ln_e4m3→adam_b2_95@100"
         )
