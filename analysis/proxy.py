@@ -24,6 +24,7 @@ Vocabulary (the claims of docs/results.md are stated in these terms):
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,12 @@ def at_lr(runs: pd.DataFrame, lr: Any) -> pd.DataFrame:
     if lr is None or pd.isna(lr) or "train.lr" not in runs:
         return runs
     own = pd.to_numeric(runs["train.lr"], errors="coerce")
-    return runs[own.isna() | np.isclose(own, float(lr), rtol=1e-9, atol=0)]
+    return runs[own.isna() | _same_lr(own, float(lr))]
+
+
+def _same_lr(a: Any, b: Any) -> Any:
+    """Equal learning rates (elementwise): the same number as written in two records' configs."""
+    return np.isclose(a, b, rtol=1e-9, atol=0.0)
 
 
 def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
@@ -308,23 +314,17 @@ def optimizer_branches(runs: pd.DataFrame) -> dict[str, str]:
         changed = []
         if "train.betas" in runs and betas_of(b["train.betas"]) != betas_of(parent["train.betas"]):
             changed.append(f"Adam's betas to {list(betas_of(b['train.betas']))}")
-        if "train.lr" in runs and not _same(b["train.lr"], parent["train.lr"]):
-            changed.append(f"the LR from {parent['train.lr']:g} to {b['train.lr']:g}")
+        lr, was = (pd.to_numeric(r.get("train.lr"), errors="coerce") for r in (b, parent))
+        if not (pd.isna(lr) or pd.isna(was) or _same_lr(lr, was)):
+            changed.append(f"the LR from {was:g} to {lr:g}")
         if changed:
             out.setdefault(b["variant"], " and ".join(changed))
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
-    a, b = pd.to_numeric(a, errors="coerce"), pd.to_numeric(b, errors="coerce")
-    return bool((pd.isna(a) and pd.isna(b)) or np.isclose(a, b, rtol=1e-9, atol=0.0))
-
-
 def betas_of(value: Any) -> tuple[float, ...] | None:
     """A record's ``train.betas`` (a list, its JSON text, or missing: the task's default) as a tuple."""
     if isinstance(value, str):
-        import json
-
         value = json.loads(value)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
@@ -386,14 +386,14 @@ __all__ = [
     "BLOWUP",
     "ONSET",
     "WINDOW",
-    "branch_outcomes",
     "at_lr",
-    "optimizer_branches",
     "betas_of",
+    "branch_outcomes",
     "control_run",
     "cosine_by_seed",
     "mechanism",
     "onset",
+    "optimizer_branches",
     "outcomes",
     "paired_rescues",
     "proxy_runs",
