@@ -269,6 +269,24 @@ def test_a_branch_trains_with_its_own_betas_from_its_parents_moments(tmp_path):
     assert all(int(s["step"]) == 40 for s in fresh.values())
 
 
+def test_the_twin_of_a_beta2_branch_trains_with_the_branchs_betas(tmp_path):
+    """The fp32 twin is this run in fp32: after a branch that lowers β2, the twin steps with β2 = 0.95
+    too, so its losses are those of the fp32 run branched the same way (the twin's optimizer used to
+    load its parent's betas back with torch's load_state_dict, while taking the branch's LR)."""
+    fp4 = PrecisionConfig(w="fp4_e2m1", a="fp4_e2m1")
+    kw = dict(steps=30, twin_every=5, eval_every=10, ckpt_every=10)
+    run_task(proxy_run(tmp_path / "mx", fp4, **kw))
+    run_task(proxy_run(tmp_path / "fp32", **kw))
+    for name, precision in (("mx", fp4), ("fp32", None)):
+        branch = dict(kw, branch_from=str(tmp_path / name), branch_step=10, betas=[0.9, 0.95])
+        run_task(proxy_run(tmp_path / f"{name}_b95", precision, **branch))
+    twin = {r["step"]: r["twin_loss"] for r in record.read_metrics(tmp_path / "mx_b95") if "twin_loss" in r}
+    fp32 = losses(tmp_path / "fp32_b95")
+    assert sorted(twin) == [15, 20, 25, 30]
+    assert all(twin[s] == fp32[s] for s in twin)
+    assert fp32[30] != losses(tmp_path / "fp32")[30]  # β2 0.95 trained differently from the parent
+
+
 class InfAt(ProxyTask):
     """A proxy whose loss becomes inf on the batch of ``bad_step``."""
 
@@ -329,6 +347,11 @@ def test_fp32_twin_is_the_fp32_run(tmp_path):
         assert r["twin_cos"] < 0.999 and r["twin_zeta"] > 1e-4
         assert r["twin_loss"] == ref[r["step"]]["loss"]
         assert r["twin_val_loss"] == ref[r["step"]]["val_loss"]
+        # Adam's state, logged for the run and its twin: the twin's is the fp32 run's
+        own = {k: v for k, v in ref[r["step"]].items() if k.startswith("adam_")}
+        assert set(own) >= {"adam_upd/matrix", "adam_upd/norm", "adam_gv/matrix", "adam_gv_max"}
+        assert {k.removeprefix("twin_"): v for k, v in r.items() if k.startswith("twin_adam")} == own
+        assert r["adam_upd/matrix"] != own["adam_upd/matrix"]
     assert smx["twin"] is True
     assert smx["twin_final_val_loss"] == s32["final_val_loss"]
     assert smx["twin_final_train_loss"] == s32["final_train_loss"]

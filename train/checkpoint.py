@@ -175,10 +175,7 @@ def restore(
     ``load_state_dict`` would put back the saved run's, so a branch that changes β2 at its branch point
     would otherwise keep training with its parent's. On a resume the two are the same."""
     model.load_state_dict(state["model"])
-    own = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-    optimizer.load_state_dict(state["optimizer"])
-    for group, settings in zip(optimizer.param_groups, own, strict=True):
-        group.update(settings)
+    load_optimizer_state(optimizer, state["optimizer"])
     if not rng:
         return
     torch.set_rng_state(state["torch_rng"].cpu())
@@ -186,6 +183,15 @@ def restore(
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
     version, internal, gauss = state["python_rng"]
     random.setstate((version, tuple(internal), gauss))
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """Adam's moments and step counts from ``saved`` (an ``optimizer.state_dict()``); betas, eps, weight
+    decay and LR stay ``optimizer``'s own (``restore``). The fp32 twin's optimizer loads this way too."""
+    own = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, settings in zip(optimizer.param_groups, own, strict=True):
+        group.update(settings)
 
 
 def restore_sr_generator(state: dict[str, Any], model: nn.Module) -> None:

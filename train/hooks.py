@@ -39,7 +39,7 @@ from train import checkpoint, distributed
 from train.callbacks import Callback, State
 from train.config import RunConfig
 from train.distributed import autocast
-from train.optim import lr_at, make_optimizer, set_lr
+from train.optim import adam_stats, lr_at, make_optimizer, param_kinds, set_lr
 
 
 def _due(step: int, every: int, last: int) -> bool:
@@ -98,7 +98,9 @@ def _blocked(policy: QuantPolicy, role: str) -> bool:
 class MetricsLogger(Callback):
     """Appends one metrics.jsonl line every ``every`` steps (and on eval/last/stop steps): losses, LR,
     grad norm, LN-γ clip fraction per layer, activation clip fraction per block (activation format,
-    from forward hooks on ``model.blocks``), tokens, FLOPs, step time, epoch.
+    from forward hooks on ``model.blocks``), Adam's normalized step and gradient-to-memory ratio per
+    kind of parameter (``adam_upd/*``, ``adam_gv/*``: ``train.optim.adam_stats``), tokens, FLOPs,
+    step time, epoch.
 
     ``clip_ln/*`` is computed with the spec γ is really quantized with (``norm_affine`` and
     ``norm_scale_rule``) when that is a block format; otherwise, as a diagnostic of what *would*
@@ -110,8 +112,10 @@ class MetricsLogger(Callback):
         self.every, self.step_times, self._acts, self._handles = every, [], {}, []
         self.with_twin: list[float] = []
         self.clip_ln_spec: str | None = None
+        self.kinds: dict[int, str] = {}
 
     def on_train_start(self, state: State) -> None:
+        self.kinds = param_kinds(state.model)
         for i, block in enumerate(getattr(state.model, "blocks", ())):
             self._handles.append(block.register_forward_hook(self._keeper(i)))
 
@@ -133,6 +137,7 @@ class MetricsLogger(Callback):
         row = {"step": s, **metrics, "tokens": s * task.tokens_per_step, "flops": s * task.flops_per_step}
         row["epoch"] = task.epoch(s)
         row.update(self._clipping(state))
+        row.update(adam_stats(state.optimizer, self.kinds))
         record.append_metrics(state.run.out_dir, row)
         state.row = row
 
@@ -276,13 +281,15 @@ class Fp32Twin(Callback):
     spike detection and divergence step. Every ``every`` steps: ``twin_cos`` = cos(g_mx, g_fp32)
     and ``twin_zeta`` = ‖g_mx − g_fp32‖² / ‖g_fp32‖², the gradients taken at the same step on each
     run's own weights (the notes' ``stab/*``; g_mx is after clipping, which the proxy protocol does
-    not use). ``twin_time`` (every step) is what the twin adds to a step.
+    not use), and the twin's own Adam statistics (``twin_adam_upd/*``, ``twin_adam_gv/*``, as the
+    run's). ``twin_time`` (every step) is what the twin adds to a step.
 
     A run whose policy is fp32 throughout (schedule included) has no twin: it would be itself. A
     twin whose loss turns non-finite stops there (``twin_diverged_step``); the run goes on."""
 
     def __init__(self, every: int, spike_window: int = 100, spike_threshold: float = 0.008):
         self.every, self.model, self.optimizer = every, None, None
+        self.kinds: dict[int, str] = {}
         self.spikes = SpikeDetector(spike_window, spike_threshold)
         self.enabled, self.last_loss, self.diverged_step = True, None, None
         self.final_val, self.best_val = None, None
@@ -296,6 +303,7 @@ class Fp32Twin(Callback):
         self.model = copy.deepcopy(state.model)  # called before any checkpoint is loaded: the init
         quant.set_policy(self.model, QuantPolicy(exclude=state.policy.exclude))
         self.optimizer = make_optimizer(self.model, state.run.train, state.task)
+        self.kinds = param_kinds(self.model)
 
     def on_step_end(self, state: State, metrics: dict[str, Any]) -> None:
         if not self.enabled:
@@ -321,6 +329,8 @@ class Fp32Twin(Callback):
                 if cfg.grad_clip is not None:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 self.optimizer.step()
+                if log:
+                    metrics.update(adam_stats(self.optimizer, self.kinds, prefix="twin_adam"))
             if log:
                 metrics["twin_loss"] = value
         if "val_loss" in metrics:
@@ -349,7 +359,8 @@ class Fp32Twin(Callback):
         if not self.enabled:  # e.g. a branch to fp32 from a parent that had a twin
             return
         self.model.load_state_dict(d["model"])
-        self.optimizer.load_state_dict(d["optimizer"])
+        # the twin trains with this run's optimizer settings: a branch that lowers β2 lowers its twin's
+        checkpoint.load_optimizer_state(self.optimizer, d["optimizer"])
         if "spikes" in d:  # checkpoints written before the twin had its own record
             self.spikes.load_state_dict(d["spikes"])
             self.last_loss, self.diverged_step = d["last_loss"], d["diverged_step"]

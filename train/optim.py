@@ -6,6 +6,25 @@ task's defaults (betas, schedule) and the step.
 * ``lr_at``: the LR of the update from ``step`` to ``step + 1``: constant, or linear warm-up over
   ``warmup_frac`` of the steps then cosine down to ``min_lr_frac``·lr (the task's default unless
   ``train.lr_schedule`` says otherwise). ``set_lr`` applies it, times each group's ``lr_mult``.
+* ``adam_stats``: what Adam's state says about the step it just took (logged with every metrics row).
+
+Adam's state, read after an update. For a tensor θ with gradient g_k at step k, Adam keeps
+m_k = β1·m + (1−β1)·g_k and v_k = β2·v + (1−β2)·g_k², and steps θ −= lr · m̂/(√v̂ + ε) with
+m̂ = m_k/(1−β1^k), v̂ = v_k/(1−β2^k). Two numbers per kind of parameter (``norm``: LayerNorm/RMSNorm
+γ and β; ``matrix``: Linear weights; ``other``: biases, embeddings):
+
+    adam_upd/<kind> = RMS(m̂/(√v̂ + ε))   the step in units of the LR: ≈ 1 when every coordinate moves
+                                         by the full LR (consistent gradients), ≪ 1 when noise dominates;
+    adam_gv/<kind>  = Σg_k² / Σv̂        the gradient now against the second-moment memory: ≈ 1 when the
+                                         gradient's scale is steady, > 1 when it rises faster than v
+                                         follows (at most 1/(1−β2): 1000 at β2 = 0.999), < 1 when v
+                                         still remembers a larger past.
+
+and ``adam_gv_max``, the largest per-tensor Σg²/Σv̂. Why they matter here: at β2 = 0.999, v averages
+g² over ~1000 steps, so a gradient whose scale grows over tens of steps outruns it and the normalized
+step m̂/√v̂ grows with it (gv > 1, upd rising) — a feedback a short memory (β2 = 0.95, ~20 steps)
+cuts. Conversely, lowering β2 where v remembers a larger past (gv < 1) lets v̂ fall to the present g²
+within tens of steps, and the steps grow.
 """
 
 from __future__ import annotations
@@ -48,6 +67,51 @@ def lr_at(cfg: TrainConfig, task: Any, step: int) -> float:
     progress = (step - warmup) / max(1, cfg.steps - 1 - warmup)
     low = cfg.min_lr_frac * cfg.lr
     return low + (cfg.lr - low) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def param_kinds(model: nn.Module) -> dict[int, str]:
+    """``id(parameter) → kind`` for ``adam_stats``: ``norm`` (LayerNorm/RMSNorm affine), ``matrix``
+    (Linear weights), ``other`` (everything else that trains)."""
+    kinds = {id(p): "other" for p in model.parameters() if p.requires_grad}
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            kinds[id(m.weight)] = "matrix"
+        elif isinstance(m, nn.LayerNorm | nn.RMSNorm):
+            kinds.update({id(p): "norm" for p in m.parameters(recurse=False)})
+    return kinds
+
+
+@torch.no_grad()
+def adam_stats(optimizer: torch.optim.Optimizer, kinds: dict[int, str], prefix: str = "adam") -> dict[str, float]:
+    """``{prefix}_upd/<kind>``, ``{prefix}_gv/<kind>`` and ``{prefix}_gv_max`` from an Adam-family
+    optimizer's state after its step (module docstring); tensors without a gradient or state are left
+    out, and an optimizer that has not stepped yet gives ``{}``."""
+    upd_sq: dict[str, float] = {}
+    count: dict[str, int] = {}
+    g_sq: dict[str, float] = {}
+    v_sum: dict[str, float] = {}
+    gv_max = -math.inf
+    for group in optimizer.param_groups:
+        beta1, beta2 = group["betas"]
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            if p.grad is None or not state or "exp_avg_sq" not in state:
+                continue
+            k = float(state["step"])
+            m_hat = state["exp_avg"].double() / (1 - beta1**k)
+            v_hat = state["exp_avg_sq"].double() / (1 - beta2**k)
+            kind = kinds.get(id(p), "other")
+            upd_sq[kind] = upd_sq.get(kind, 0.0) + float((m_hat / (v_hat.sqrt() + group["eps"])).square().sum())
+            count[kind] = count.get(kind, 0) + p.numel()
+            g2, v = float(p.grad.double().square().sum()), float(v_hat.sum())
+            g_sq[kind], v_sum[kind] = g_sq.get(kind, 0.0) + g2, v_sum.get(kind, 0.0) + v
+            if v > 0:
+                gv_max = max(gv_max, g2 / v)
+    out = {f"{prefix}_upd/{k}": math.sqrt(upd_sq[k] / count[k]) for k in sorted(upd_sq)}
+    out |= {f"{prefix}_gv/{k}": g_sq[k] / v_sum[k] for k in sorted(g_sq) if v_sum[k] > 0}
+    if gv_max > -math.inf:
+        out[f"{prefix}_gv_max"] = gv_max
+    return out
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
