@@ -697,6 +697,53 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     return fig
 
 
+def adam_state(curves: pd.DataFrame, state: pd.DataFrame, span: tuple[int, int] = (-300, 100)) -> Figure:
+    """Adam's state around the blow-up (``analysis.proxy.adam_state``), steps relative to each run's
+    onset (a run that did not blow up: the median onset of those that did). Left: the largest per-tensor
+    Σg²/Σv̂, a thin line per run (log y; 1 dashed: the gradient as large as Adam's memory of it).
+    Right: the normalized step RMS(m̂/√v̂) of the Linear weights, median over runs with the
+    interquartile band, for the MX runs that blew up, those that did not, and the fp32 twins."""
+    fig = Figure(figsize=(10.5, 4.2), layout="constrained")
+    left, right = fig.subplots(1, 2, sharex=True)
+    groups = {"MX, blew up": ("tab:red", []), "MX, did not": ("tab:blue", []), "fp32 twins": ("grey", [])}
+    for _, r in state.dropna(subset=["onset"]).iterrows():
+        c = curves[curves["run"] == r["run"]].sort_values("step")
+        x = c["step"] - r["onset"]
+        keep = (x >= span[0]) & (x <= span[1])
+        name = "MX, blew up" if r["blew_up"] else "MX, did not"
+        color = groups[name][0]
+        left.plot(x[keep], c.loc[keep, "adam_gv_max"], color=color, lw=0.8, alpha=0.7)
+        groups[name][1].append(pd.Series(c.loc[keep, "adam_upd/matrix"].to_numpy(), index=x[keep].to_numpy()))
+        if "twin_adam_upd/matrix" in c:
+            t = c[keep].dropna(subset=["twin_adam_upd/matrix"])
+            groups["fp32 twins"][1].append(
+                pd.Series(t["twin_adam_upd/matrix"].to_numpy(), index=(t["step"] - r["onset"]).to_numpy())
+            )
+    left.axhline(1.0, color="black", lw=0.7, ls="--")
+    left.set_yscale("log")
+    left.set_ylabel("max over tensors of Σg² / Σv̂")
+    left.set_title("gradient against Adam's second-moment memory", fontsize=10)
+    for name, (color, series) in groups.items():
+        if not series:
+            continue
+        wide = pd.concat(series, axis=1).sort_index()
+        q = wide.quantile([0.25, 0.5, 0.75], axis=1).T
+        right.plot(q.index, q[0.5], color=color, lw=1.4, label=f"{name} ({len(series)})")
+        right.fill_between(q.index, q[0.25], q[0.75], color=color, alpha=0.2, lw=0)
+    right.set_yscale("log")
+    right.set_ylabel("normalized step RMS(m̂/√v̂), Linear weights")
+    right.set_title("Adam's step in units of the LR", fontsize=10)
+    right.legend(fontsize=9, loc="upper left")
+    for ax in (left, right):
+        ax.axvline(0, color="grey", lw=0.6, ls=":")
+        ax.set_xlabel("steps from the onset of the blow-up")
+        ax.grid(alpha=0.3)
+    _suptitle(
+        fig, "Proxy, width 128, lr 8e-3, γ in E4M3: Adam's state before and at the blow-up", fontsize=11
+    )
+    return fig
+
+
 def _loss_panel(ax, bottom: bool, left: bool) -> None:
     """A train-loss-over-steps panel of a grid: log y, light grid, axis labels on the outer edge only."""
     ax.set_yscale("log")

@@ -20,6 +20,13 @@ Vocabulary (the claims of docs/results.md are stated in these terms):
   the run's checkpoints (``probe.jsonl``), also the same-weights cosine ``probe_cos`` = cos(g_mx, g_fp32)
   at the run's own weights: at its first checkpoint, at the last checkpoint before the onset, and for
   the same seed's run with γ unquantized at that same checkpoint (the control).
+* **Adam's state** (``adam_state``; records that log ``train.optim.adam_stats``): the normalized step
+  ``adam_upd/matrix`` = RMS(m̂/(√v̂+ε)) of the Linear weights and the gradient against the second-moment
+  memory ``adam_gv/*`` = Σg²/Σv̂ (``adam_gv_max`` the largest per tensor), the run's and its twin's, as
+  medians over the ``ADAM_WINDOW`` steps before the onset (for a run that did not blow up: before
+  the median onset of those that did, the same steps of training), the step at which ``adam_gv_max``
+  first exceeds 1 relative to the onset (the *lead*: negative means before the loss jumped), its peak
+  within ``WINDOW`` steps of the onset, and ``adam_gv/*`` at the step each branch left the run.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from analysis.instability import FINISHED
 BLOWUP = 2.0
 ONSET = 3.0
 WINDOW = 100
+ADAM_WINDOW = 50
+"""Steps before the onset over which ``adam_state`` takes its medians (the window its preset's
+predictions were stated for: proxy_mechanism_d128_adam_state)."""
 
 
 def _get(row: pd.Series, key: str) -> Any:
@@ -228,6 +238,131 @@ def mechanism(runs: pd.DataFrame, cur: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _median(rows: pd.DataFrame, key: str) -> float:
+    return (
+        float(pd.to_numeric(rows[key], errors="coerce").median())
+        if key in rows and not rows.empty
+        else np.nan
+    )
+
+
+def adam_state(runs: pd.DataFrame, cur: pd.DataFrame, window: int = ADAM_WINDOW) -> pd.DataFrame:
+    """One row per phase-1 run whose metrics log Adam's state: before its onset (or, for a run that did
+    not blow up, before the median onset of those that did), the lead of ``adam_gv_max`` over the onset,
+    its peak, and ``adam_gv/*`` at its branch points (see the module docstring)."""
+    if cur.empty or "adam_gv_max" not in cur:
+        return pd.DataFrame()
+    parents = runs[runs["parent"].isna()]
+    curves = {r: c.sort_values("step") for r, c in cur[cur["adam_gv_max"].notna()].groupby("run")}
+    onsets = {}
+    for _, r in parents[parents["blew_up"] & parents["run"].isin(list(curves))].iterrows():
+        t = onset(cur[cur["run"] == r["run"]], _get(r, "spike_step") or _get(r, "diverged_step"))
+        if t is not None:
+            onsets[r["run"]] = t
+    typical = float(np.median(list(onsets.values()))) if onsets else np.nan
+    branch_steps = runs[runs["parent"].notna()].groupby("parent")["branch_step"].min()
+    out = []
+    for _, r in parents[parents["run"].isin(list(curves))].iterrows():
+        c = curves[r["run"]]
+        t = onsets.get(r["run"], typical)
+        row: dict[str, Any] = {"run": r["run"], "seed": r["seed"], "blew_up": bool(r["blew_up"]), "onset": t}
+        if not math.isnan(t):
+            before = c[(c["step"] < t) & (c["step"] >= t - window)]
+            for key, name in (
+                ("adam_gv_max", "gv_max_before"),
+                ("adam_gv/matrix", "gv_before"),
+                ("adam_gv/norm", "gv_norm_before"),
+                ("adam_upd/matrix", "upd_before"),
+                ("twin_adam_upd/matrix", "twin_upd_before"),
+                ("twin_adam_gv_max", "twin_gv_max_before"),
+            ):
+                row[name] = _median(before, key)
+            near = c[(c["step"] >= t - WINDOW) & (c["step"] <= t + WINDOW)]
+            row["gv_max_peak"] = float(near["adam_gv_max"].max()) if not near.empty else np.nan
+            above = near[near["adam_gv_max"] > 1.0]
+            row["lead"] = float(above["step"].iloc[0] - t) if r["blew_up"] and not above.empty else np.nan
+        b = branch_steps.get(r["run"], np.nan)
+        if not pd.isna(b):
+            at = c[c["step"] <= b].tail(1)
+            row["branch_step"] = float(b)
+            row["gv_at_branch"] = _median(at, "adam_gv/matrix")
+            row["gv_norm_at_branch"] = _median(at, "adam_gv/norm")
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def adam_after_branch(runs: pd.DataFrame, cur: pd.DataFrame, steps: int = 50) -> pd.DataFrame:
+    """One row per branch whose metrics log Adam's state: its normalized step and gradient-to-memory
+    ratio (``adam_upd/matrix``, ``adam_gv/matrix``; medians) over the ``steps`` steps after its branch
+    point, against its parent's over the ``steps`` before it; the branch's final val loss over its
+    reference (``ratio``: its own twin's, else its parent's twin's) and over its parent's twin's
+    (``ratio_parent_twin``)."""
+    if cur.empty or "adam_gv_max" not in cur:
+        return pd.DataFrame()
+    twin = dict(
+        zip(
+            runs["run"], runs["twin_final_val_loss"] if "twin_final_val_loss" in runs else np.nan, strict=True
+        )
+    )
+    out = []
+    for _, b in runs[runs["parent"].notna() & runs["finished"]].iterrows():
+        k = b["branch_step"]
+        c, p = cur[cur["run"] == b["run"]], cur[cur["run"] == b["parent"]]
+        after = c[(c["step"] > k) & (c["step"] <= k + steps)]
+        before = p[(p["step"] <= k) & (p["step"] > k - steps)]
+        if after.empty or "adam_upd/matrix" not in after or after["adam_upd/matrix"].isna().all():
+            continue
+        out.append(
+            {
+                "run": b["run"],
+                "parent": b["parent"],
+                "variant": b["variant"],
+                "seed": b["seed"],
+                "branch_step": k,
+                "upd_before": _median(before, "adam_upd/matrix"),
+                "upd_after": _median(after, "adam_upd/matrix"),
+                "gv_before": _median(before, "adam_gv/matrix"),
+                "gv_after": _median(after, "adam_gv/matrix"),
+                "stable": bool(b["stable"]),
+                "ratio": float(b["ratio"]),
+                "ratio_parent_twin": float(b["final_val_loss"] / twin.get(b["parent"], np.nan)),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def fp32_siblings(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each finished branch with MX kept, against the fp32 branch of the same parent at the same step
+    with the same optimizer settings (betas, LR): what the precision costs once the optimizer is the
+    same, on the same weights and moments at the branch point. One row per pair: ``ratio`` = the MX
+    branch's final val loss over its fp32 sibling's."""
+    if runs.empty or "precision.w" not in runs:
+        return pd.DataFrame()
+    done = runs[runs["parent"].notna() & runs["finished"]].copy()
+    fp32 = done["precision.w"].eq("fp32") & done["precision.a"].eq("fp32") & done["norm_affine"].eq("none")
+    betas = done["train.betas"].map(betas_of) if "train.betas" in done else pd.Series(None, index=done.index)
+    lr = _col(done, "train.lr")
+    out = []
+    for i, b in done[~fp32].iterrows():
+        same = fp32 & done["parent"].eq(b["parent"]) & done["branch_step"].eq(b["branch_step"])
+        same &= betas.map(lambda x, own=betas[i]: x == own)
+        same &= lr.isna() & pd.isna(lr[i]) | _same_lr(lr, lr[i])
+        for _, f in done[same].iterrows():
+            out.append(
+                {
+                    "variant": b["variant"],
+                    "sibling": f["variant"],
+                    "parent": b["parent"],
+                    "seed": b["seed"],
+                    "branch_step": b["branch_step"],
+                    "ratio": float(b["final_val_loss"] / f["final_val_loss"]),
+                    "stable": bool(b["stable"]),
+                    "sibling_stable": bool(f["stable"]),
+                }
+            )
+    return pd.DataFrame(out)
+
+
 def cosine_by_seed(runs: pd.DataFrame, cur: pd.DataFrame, start: int = WINDOW) -> pd.DataFrame:
     """Per seed and phase-1 variant: the median twin cosine from step ``start`` to the run's onset (or
     its end), one column per variant. Seeds share init and batches across variants, so the columns
@@ -261,7 +396,7 @@ def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
                 "stable": int(g["stable"].sum()),
                 "twin stable": f"{int(twins.astype(bool).sum())}/{len(twins)}" if len(twins) else "–",
                 "final / twin (median)": float(g["ratio"].median()),
-                "final / twin (range)": _range(g["ratio"]),
+                "final / twin (range)": value_range(g["ratio"]),
                 "spike steps": ", ".join(str(int(s)) for s in sorted(g["spike_step"].dropna())) or "–",
             }
         )
@@ -293,7 +428,7 @@ def branch_outcomes(runs: pd.DataFrame) -> pd.DataFrame:
                 "blew up": int(g["blew_up"].sum()),
                 "parents that blew up": int(sum(bool(blew.get(p)) for p in g["parent"])),
                 "final / twin (median)": float(g["ratio"].median()),
-                "branch steps": _range(g["branch_step"], fmt="{:.0f}"),
+                "branch steps": value_range(g["branch_step"], fmt="{:.0f}"),
             }
         )
     return pd.DataFrame(rows)
@@ -375,7 +510,8 @@ def step_times(runs: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def _range(s: pd.Series, fmt: str = "{:.3g}") -> str:
+def value_range(s: pd.Series, fmt: str = "{:.3g}") -> str:
+    """ "a–b" of the finite values of ``s`` (one value when they agree, "–" when there are none)."""
     s = pd.to_numeric(s, errors="coerce").dropna()
     if s.empty:
         return "–"
@@ -383,14 +519,18 @@ def _range(s: pd.Series, fmt: str = "{:.3g}") -> str:
 
 
 __all__ = [
+    "ADAM_WINDOW",
     "BLOWUP",
     "ONSET",
     "WINDOW",
+    "adam_after_branch",
+    "adam_state",
     "at_lr",
     "betas_of",
     "branch_outcomes",
     "control_run",
     "cosine_by_seed",
+    "fp32_siblings",
     "mechanism",
     "onset",
     "optimizer_branches",
@@ -398,5 +538,6 @@ __all__ = [
     "paired_rescues",
     "proxy_runs",
     "step_times",
+    "value_range",
     "variant",
 ]

@@ -272,6 +272,7 @@ RERUN_BRANCHES = (
     "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_dose",
     "proxy_mechanism_adam_branch",
+    "proxy_mechanism_d128_adam_state",
     "proxy_released",
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
@@ -982,6 +983,93 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
         from analysis import plots
 
         doc.figure(plots.proxy_branches(src.cur, result.runs), fig, f"parents and branches ({src.name})")
+    _adam_block(doc, src, fig)
+
+
+def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
+    """Adam's state before and at the blow-up, and right after each optimizer branch (records that log
+    ``train.optim.adam_stats``; ``analysis.proxy.adam_state``, ``adam_after_branch``)."""
+    from scipy.stats import binomtest, mannwhitneyu
+
+    from analysis import plots
+
+    state = proxy.adam_state(src.runs, src.cur)
+    if state.empty or "gv_max_before" not in state:
+        return
+    blew, calm = state[state["blew_up"]], state[~state["blew_up"]]
+    w = proxy.ADAM_WINDOW
+    shown = ("seed", "blew_up", "onset", "gv_max_before", "gv_before", "gv_norm_before", "upd_before",
+             "twin_upd_before", "lead", "gv_max_peak", "branch_step", "gv_at_branch")  # fmt: skip
+    table = state.sort_values(["blew_up", "seed"], ascending=[False, True])[[c for c in shown if c in state]]
+    table = table.replace({"blew_up": {True: "yes", False: "no"}})
+    table = table.rename(columns={"blew_up": "blew up", "onset": "onset (or median onset)",
+                      "gv_max_before": f"max Σg²/Σv̂, {w} steps before", "gv_before": "Σg²/Σv̂ (Linear)",
+                      "gv_norm_before": "Σg²/Σv̂ (norms)", "upd_before": "step RMS (Linear)",
+                      "twin_upd_before": "twin's step RMS", "lead": "max Σg²/Σv̂ > 1, steps from onset",
+                      "gv_max_peak": "peak max Σg²/Σv̂", "branch_step": "branch step",
+                      "gv_at_branch": "Σg²/Σv̂ (Linear) at the branch"})  # fmt: skip
+    doc.add(
+        f"**Adam's state** (logged every {int(src.setting('train.log_every') or 10)} steps for the run and "
+        f"its twin: `train.optim.adam_stats`; medians over the {w} steps before each onset; a run that "
+        "did not blow up is read at the same steps before the median onset of those that did):",
+        "",
+        md_table(table),
+        "",
+    )
+    if not blew.empty:
+        lead = blew["lead"].dropna()
+        p = mannwhitneyu(blew["upd_before"], calm["upd_before"]).pvalue if len(calm) else math.nan
+        ratio = blew["upd_before"] / blew["twin_upd_before"]
+        span = proxy.value_range
+        doc.add(
+            f"Before the onset the gradient stays *below* Adam's memory of it: the largest per-tensor "
+            f"Σg²/Σv̂ is {span(blew['gv_max_before'], '{:.2f}')} (median over the {w} steps) in the "
+            f"runs that blew up and {span(calm['gv_max_before'], '{:.2f}')} in those that did not; "
+            f"it first exceeds 1 {span(lead.abs(), '{:.0f}')} steps before the onset "
+            f"({len(lead)} of {len(blew)} runs), then peaks at {span(blew['gv_max_peak'], '{:.0f}')} "
+            f"(those that did not blow up: at most {calm['gv_max_peak'].max():.2f}). "
+            f"What sets the runs that blew up apart before it is the size of Adam's step: RMS(m̂/√v̂) of "
+            f"the Linear weights {span(blew['upd_before'], '{:.3f}')} against "
+            f"{span(calm['upd_before'], '{:.3f}')} in the MX runs that did not blow up "
+            f"(Mann-Whitney p = {p:.2g}) and {ratio.median():.2f}× their own twins' "
+            f"({span(ratio, '{:.2f}')}).",
+            "",
+        )
+    after = proxy.adam_after_branch(src.runs, src.cur, steps=w)
+    if not after.empty:
+        rows = []
+        for name, g in after.groupby("variant", sort=False):
+            upd = f"{g['upd_before'].median():.3f} → {g['upd_after'].median():.3f}"
+            gv = f"{g['gv_before'].median():.3f} → {g['gv_after'].median():.3f}"
+            rows.append({
+                "branch": name, "branches": len(g), "avoided blow-up": int(g["stable"].sum()),
+                f"step RMS, {w} before → after": upd, f"Σg²/Σv̂, {w} before → after": gv,
+                "final / twin (median)": g["ratio"].median(),
+            })  # fmt: skip
+        doc.add(
+            f"Right after each branch point (medians over the branches; {w} steps of the parent before, "
+            "of the branch after; final / twin: over the branch's own fp32 twin, which steps with the "
+            "branch's optimizer settings, where it trains one, else over its parent's):",
+            "",
+            md_table(pd.DataFrame(rows)),
+            "",
+        )
+    pairs = proxy.fp32_siblings(src.runs)
+    for (name, sibling), g in pairs.groupby(["variant", "sibling"], sort=False) if not pairs.empty else ():
+        worse, tied = int((g["ratio"] > 1).sum()), int((g["ratio"] == 1).sum())
+        n = len(g) - tied
+        sign = binomtest(worse, n).pvalue if n else 1.0
+        doc.add(
+            f"`{name}` against `{sibling}` (fp32 from the same checkpoint with the same optimizer settings) "
+            f"on {len(g)} parents: final val loss {g['ratio'].median():.3g}× its fp32 sibling's (median; "
+            f"{proxy.value_range(g['ratio'])}), higher in {worse} of {n} "
+            f"(two-sided sign test p = {sign:.2g}); "
+            f"{int(g['stable'].sum())} and {int(g['sibling_stable'].sum())} of them avoided the blow-up.",
+            "",
+        )
+    doc.figure(
+        plots.adam_state(src.cur, state), fig.replace(".png", "_adam.png"), f"Adam's state ({src.name})"
+    )
 
 
 def _outcome(run: pd.Series, spike: bool = True) -> str:

@@ -102,6 +102,7 @@ TINY = {
     "proxy_mechanism_d128_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     "proxy_mechanism_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[0]"],
     "proxy_mechanism_d128_adam_dose": [*TINY_BRANCHED, "sweep.seeds=[32]"],
+    "proxy_mechanism_d128_adam_state": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
         "model.width=16",
@@ -163,6 +164,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_adam_branch": (9, 0),  # the 9 parents; branches planned from their records
     "proxy_mechanism_adam_branch": (8, 0),  # d256 seeds 0–7; branches planned from their records
     "proxy_mechanism_d128_adam_dose": (9, 0),  # the same 9 parents; branches planned from their records
+    "proxy_mechanism_d128_adam_state": (14, 0),  # the 9 parents and 5 seeds that never spiked
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
@@ -224,6 +226,7 @@ VARIANTS = {
     "proxy_mechanism_beta95": "proxy_mechanism",
     "proxy_mechanism_adam_branch": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_dose": "proxy_mechanism_d128_adam_branch",
+    "proxy_mechanism_d128_adam_state": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",

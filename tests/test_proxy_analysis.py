@@ -952,3 +952,66 @@ def test_optimizer_branches_are_paired_with_fp32_on_the_same_parents():
     assert (p["only adam_b2_95"], p["only no_mx"]) == (5, 1)
     assert p["p (exact McNemar)"] == pytest.approx(0.21875)  # 2 · P(X ≥ 5), X ~ Bin(6, 1/2)
     assert proxy.betas_of("[0.9, 0.95]") == (0.9, 0.95) and proxy.betas_of(math.nan) is None
+
+
+def _adam_curve(run, *, onset=None, upd=0.05, gv=0.3, steps=400):
+    """Metrics rows every 10 steps: Adam's state flat at (upd, gv) until ``onset``, where the loss and
+    Σg²/Σv̂ jump (the twin's step stays at 0.03)."""
+    rows = []
+    for s in range(10, steps + 1, 10):
+        hot = onset is not None and s >= onset
+        rows.append({"run": run, "step": s, "loss": 10.0 if hot else 0.05,
+                     "adam_gv_max": 200.0 if hot else gv, "adam_gv/matrix": gv / 2, "adam_gv/norm": gv / 4,
+                     "adam_upd/matrix": 1.0 if hot else upd, "twin_adam_upd/matrix": 0.03,
+                     "twin_adam_gv_max": 0.2})  # fmt: skip
+    return rows
+
+
+def test_adams_state_before_the_onset_and_after_a_branch():
+    """adam_state reads each run before its own onset (a run that did not blow up: before the median
+    onset of those that did); the lead is where max Σg²/Σv̂ first passes 1; adam_after_branch compares
+    a branch's first steps with its parent's last ones, and its final loss with both twins."""
+    rows = [
+        _run("a", "mx_ln", 0, final=0.5, twin=0.03, spike=300, recovered=False),
+        _run("b", "mx_ln", 1, final=0.6, twin=0.03, spike=200, recovered=False),
+        _run("c", "mx_ln", 2, final=0.03, twin=0.03),
+        _run("a_b95", "mx_ln→adam_b2_95@150", 0, final=0.033, twin=0.022, parent="a", branch_step=150),
+    ]
+    runs = proxy.proxy_runs(pd.DataFrame(rows))
+    branch = [{**r, "run": "a_b95", "adam_upd/matrix": 0.2, "adam_gv/matrix": 1.0}
+              for r in _adam_curve("x", upd=0.1) if r["step"] > 150]  # fmt: skip
+    cur = pd.DataFrame([*_adam_curve("a", onset=300, upd=0.08), *_adam_curve("b", onset=200, upd=0.07),
+                        *_adam_curve("c", upd=0.04, gv=0.2), *branch])  # fmt: skip
+    s = proxy.adam_state(runs, cur).set_index("run")
+    assert list(s["onset"]) == [300.0, 200.0, 250.0]  # c: the median onset of a and b
+    assert s.loc["a", "upd_before"] == pytest.approx(0.08) and s.loc["c", "upd_before"] == pytest.approx(0.04)
+    assert s.loc["a", "gv_max_before"] == pytest.approx(0.3) and s.loc["a", "lead"] == 0.0
+    assert s.loc["a", "gv_max_peak"] == 200.0 and s.loc["c", "gv_max_peak"] == pytest.approx(0.2)
+    assert s.loc["a", "gv_at_branch"] == pytest.approx(0.15) and pd.isna(s.loc["b"].get("gv_at_branch"))
+    assert s.loc["a", "twin_upd_before"] == pytest.approx(0.03)
+    a = proxy.adam_after_branch(runs, cur).set_index("run")
+    assert a.loc["a_b95", "upd_before"] == pytest.approx(0.08) and a.loc[
+        "a_b95", "upd_after"
+    ] == pytest.approx(0.2)
+    assert a.loc["a_b95", "ratio"] == pytest.approx(1.5) and a.loc[
+        "a_b95", "ratio_parent_twin"
+    ] == pytest.approx(1.1)
+    # the MX branch against the fp32 branch with the same betas from the same checkpoint
+    fp32 = {"precision.w": "fp32", "precision.a": "fp32", "norm_affine": "none", "train.betas": "[0.9, 0.95]"}
+    mx = {"precision.w": "fp8_e4m3", "precision.a": "fp8_e4m3"}
+    rows[3] |= {**mx, "train.betas": [0.9, 0.95]}
+    at = dict(parent="a", branch_step=150)
+    rows += [_run("a_f95", "mx_ln→fp32_b2_95@150", 0, final=0.022, **at, **fp32),
+             _run("a_f", "mx_ln→no_mx@150", 0, final=0.011, **at, **{**fp32, "train.betas": None}),
+             _run("a_f95_later", "mx_ln→fp32_b2_95@200", 0, final=0.5, parent="a", branch_step=200,
+                  **fp32)]  # fmt: skip
+    for r in rows[:3]:
+        r |= mx
+    pairs = proxy.fp32_siblings(proxy.proxy_runs(pd.DataFrame(rows)))
+    assert pairs[["variant", "sibling"]].values.tolist() == [["adam_b2_95", "fp32_b2_95"]]
+    assert pairs["ratio"].iloc[0] == pytest.approx(1.5)
+    from analysis import plots
+
+    fig = plots.adam_state(cur, proxy.adam_state(runs, cur))
+    assert [ax.get_yscale() for ax in fig.axes] == ["log", "log"]
+    assert proxy.adam_state(runs, cur.drop(columns=["adam_gv_max"])).empty  # records without Adam's state

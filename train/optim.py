@@ -82,7 +82,9 @@ def param_kinds(model: nn.Module) -> dict[int, str]:
 
 
 @torch.no_grad()
-def adam_stats(optimizer: torch.optim.Optimizer, kinds: dict[int, str], prefix: str = "adam") -> dict[str, float]:
+def adam_stats(
+    optimizer: torch.optim.Optimizer, kinds: dict[int, str], prefix: str = "adam"
+) -> dict[str, float]:
     """``{prefix}_upd/<kind>``, ``{prefix}_gv/<kind>`` and ``{prefix}_gv_max`` from an Adam-family
     optimizer's state after its step (module docstring); tensors without a gradient or state are left
     out, and an optimizer that has not stepped yet gives ``{}``."""
@@ -101,7 +103,9 @@ def adam_stats(optimizer: torch.optim.Optimizer, kinds: dict[int, str], prefix: 
             m_hat = state["exp_avg"].double() / (1 - beta1**k)
             v_hat = state["exp_avg_sq"].double() / (1 - beta2**k)
             kind = kinds.get(id(p), "other")
-            upd_sq[kind] = upd_sq.get(kind, 0.0) + float((m_hat / (v_hat.sqrt() + group["eps"])).square().sum())
+            upd_sq[kind] = upd_sq.get(kind, 0.0) + float(
+                (m_hat / (v_hat.sqrt() + group["eps"])).square().sum()
+            )
             count[kind] = count.get(kind, 0) + p.numel()
             g2, v = float(p.grad.double().square().sum()), float(v_hat.sum())
             g_sq[kind], v_sum[kind] = g_sq.get(kind, 0.0) + g2, v_sum.get(kind, 0.0) + v
