@@ -253,10 +253,10 @@ def adam_state(runs: pd.DataFrame, cur: pd.DataFrame, window: int = ADAM_WINDOW)
     if cur.empty or "adam_gv_max" not in cur:
         return pd.DataFrame()
     parents = runs[runs["parent"].isna()]
-    curves = {r: c.sort_values("step") for r, c in cur[cur["adam_gv_max"].notna()].groupby("run")}
+    curves = {r: c.sort_values("step") for r, c in cur.groupby("run") if c["adam_gv_max"].notna().any()}
     onsets = {}
     for _, r in parents[parents["blew_up"] & parents["run"].isin(list(curves))].iterrows():
-        t = onset(cur[cur["run"] == r["run"]], _get(r, "spike_step") or _get(r, "diverged_step"))
+        t = onset(curves[r["run"]], _get(r, "spike_step") or _get(r, "diverged_step"))
         if t is not None:
             onsets[r["run"]] = t
     typical = float(np.median(list(onsets.values()))) if onsets else np.nan
@@ -291,7 +291,7 @@ def adam_state(runs: pd.DataFrame, cur: pd.DataFrame, window: int = ADAM_WINDOW)
     return pd.DataFrame(out)
 
 
-def adam_after_branch(runs: pd.DataFrame, cur: pd.DataFrame, steps: int = 50) -> pd.DataFrame:
+def adam_after_branch(runs: pd.DataFrame, cur: pd.DataFrame, steps: int = ADAM_WINDOW) -> pd.DataFrame:
     """One row per branch whose metrics log Adam's state: its normalized step and gradient-to-memory
     ratio (``adam_upd/matrix``, ``adam_gv/matrix``; medians) over the ``steps`` steps after its branch
     point, against its parent's over the ``steps`` before it; the branch's final val loss over its
@@ -304,10 +304,12 @@ def adam_after_branch(runs: pd.DataFrame, cur: pd.DataFrame, steps: int = 50) ->
             runs["run"], runs["twin_final_val_loss"] if "twin_final_val_loss" in runs else np.nan, strict=True
         )
     )
+    curves = dict(tuple(cur.groupby("run")))
+    empty = cur.iloc[0:0]
     out = []
     for _, b in runs[runs["parent"].notna() & runs["finished"]].iterrows():
         k = b["branch_step"]
-        c, p = cur[cur["run"] == b["run"]], cur[cur["run"] == b["parent"]]
+        c, p = curves.get(b["run"], empty), curves.get(b["parent"], empty)
         after = c[(c["step"] > k) & (c["step"] <= k + steps)]
         before = p[(p["step"] <= k) & (p["step"] > k - steps)]
         if after.empty or "adam_upd/matrix" not in after or after["adam_upd/matrix"].isna().all():
@@ -336,31 +338,31 @@ def fp32_siblings(runs: pd.DataFrame) -> pd.DataFrame:
     with the same optimizer settings (betas, LR): what the precision costs once the optimizer is the
     same, on the same weights and moments at the branch point. One row per pair: ``ratio`` = the MX
     branch's final val loss over its fp32 sibling's."""
-    if runs.empty or "precision.w" not in runs:
+    if runs.empty or "precision_final" not in runs:
         return pd.DataFrame()
-    done = runs[runs["parent"].notna() & runs["finished"]].copy()
-    fp32 = done["precision.w"].eq("fp32") & done["precision.a"].eq("fp32") & done["norm_affine"].eq("none")
-    betas = done["train.betas"].map(betas_of) if "train.betas" in done else pd.Series(None, index=done.index)
-    lr = _col(done, "train.lr")
-    out = []
-    for i, b in done[~fp32].iterrows():
-        same = fp32 & done["parent"].eq(b["parent"]) & done["branch_step"].eq(b["branch_step"])
-        same &= betas.map(lambda x, own=betas[i]: x == own)
-        same &= lr.isna() & pd.isna(lr[i]) | _same_lr(lr, lr[i])
-        for _, f in done[same].iterrows():
-            out.append(
-                {
-                    "variant": b["variant"],
-                    "sibling": f["variant"],
-                    "parent": b["parent"],
-                    "seed": b["seed"],
-                    "branch_step": b["branch_step"],
-                    "ratio": float(b["final_val_loss"] / f["final_val_loss"]),
-                    "stable": bool(b["stable"]),
-                    "sibling_stable": bool(f["stable"]),
-                }
-            )
-    return pd.DataFrame(out)
+    done = runs[runs["parent"].notna() & runs["finished"]]
+    # the optimizer settings as written in each record; a missing one (the default) matches a missing one
+    betas = _col(done, "train.betas", numeric=False).map(betas_of)
+    key = pd.DataFrame({"parent": done["parent"], "branch_step": done["branch_step"], "betas": betas,
+                        "lr": _col(done, "train.lr")})  # fmt: skip
+    cols = ["variant", "seed", "final_val_loss", "stable"]
+    rows = pd.concat([key, done[cols]], axis=1)
+    fp32 = done["precision_final"].eq("fp32")  # the one precision label (records.precision) of the policy
+    pairs = rows[~fp32].merge(rows[fp32], on=list(key.columns), suffixes=("", "_fp32"))
+    if pairs.empty:
+        return pd.DataFrame()
+    return pd.DataFrame(
+        {
+            "variant": pairs["variant"],
+            "sibling": pairs["variant_fp32"],
+            "parent": pairs["parent"],
+            "seed": pairs["seed"],
+            "branch_step": pairs["branch_step"],
+            "ratio": pairs["final_val_loss"] / pairs["final_val_loss_fp32"],
+            "stable": pairs["stable"].astype(bool),
+            "sibling_stable": pairs["stable_fp32"].astype(bool),
+        }
+    )
 
 
 def cosine_by_seed(runs: pd.DataFrame, cur: pd.DataFrame, start: int = WINDOW) -> pd.DataFrame:

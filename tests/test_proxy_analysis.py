@@ -997,8 +997,8 @@ def test_adams_state_before_the_onset_and_after_a_branch():
         "a_b95", "ratio_parent_twin"
     ] == pytest.approx(1.1)
     # the MX branch against the fp32 branch with the same betas from the same checkpoint
-    fp32 = {"precision.w": "fp32", "precision.a": "fp32", "norm_affine": "none", "train.betas": "[0.9, 0.95]"}
-    mx = {"precision.w": "fp8_e4m3", "precision.a": "fp8_e4m3"}
+    fp32 = {"precision_final": "fp32", "norm_affine": "none", "train.betas": "[0.9, 0.95]"}
+    mx = {"precision_final": "mxfp8_e4m3-ln_mxfp8_e4m3"}
     rows[3] |= {**mx, "train.betas": [0.9, 0.95]}
     at = dict(parent="a", branch_step=150)
     rows += [_run("a_f95", "mx_ln→fp32_b2_95@150", 0, final=0.022, **at, **fp32),

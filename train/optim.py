@@ -30,6 +30,7 @@ within tens of steps, and the steps grow.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import torch
@@ -88,11 +89,7 @@ def adam_stats(
     """``{prefix}_upd/<kind>``, ``{prefix}_gv/<kind>`` and ``{prefix}_gv_max`` from an Adam-family
     optimizer's state after its step (module docstring); tensors without a gradient or state are left
     out, and an optimizer that has not stepped yet gives ``{}``."""
-    upd_sq: dict[str, float] = {}
-    count: dict[str, int] = {}
-    g_sq: dict[str, float] = {}
-    v_sum: dict[str, float] = {}
-    gv_max = -math.inf
+    names, sums, sizes = [], [], []  # per tensor: its kind, (Σ(m̂/(√v̂+ε))², Σg², Σv̂), its size
     for group in optimizer.param_groups:
         beta1, beta2 = group["betas"]
         for p in group["params"]:
@@ -102,19 +99,21 @@ def adam_stats(
             k = float(state["step"])
             m_hat = state["exp_avg"].double() / (1 - beta1**k)
             v_hat = state["exp_avg_sq"].double() / (1 - beta2**k)
-            kind = kinds.get(id(p), "other")
-            upd_sq[kind] = upd_sq.get(kind, 0.0) + float(
-                (m_hat / (v_hat.sqrt() + group["eps"])).square().sum()
-            )
-            count[kind] = count.get(kind, 0) + p.numel()
-            g2, v = float(p.grad.double().square().sum()), float(v_hat.sum())
-            g_sq[kind], v_sum[kind] = g_sq.get(kind, 0.0) + g2, v_sum.get(kind, 0.0) + v
-            if v > 0:
-                gv_max = max(gv_max, g2 / v)
-    out = {f"{prefix}_upd/{k}": math.sqrt(upd_sq[k] / count[k]) for k in sorted(upd_sq)}
-    out |= {f"{prefix}_gv/{k}": g_sq[k] / v_sum[k] for k in sorted(g_sq) if v_sum[k] > 0}
-    if gv_max > -math.inf:
-        out[f"{prefix}_gv_max"] = gv_max
+            step = m_hat / (v_hat.sqrt() + group["eps"])
+            sums.append(torch.stack([step.square().sum(), p.grad.double().square().sum(), v_hat.sum()]))
+            names.append(kinds.get(id(p), "other"))
+            sizes.append(p.numel())
+    if not sums:
+        return {}
+    per_tensor = torch.stack(sums).cpu().tolist()  # one device sync for the whole row
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])  # Σstep², Σg², Σv̂, size
+    for kind, row, n in zip(names, per_tensor, sizes, strict=True):
+        totals[kind] = [a + b for a, b in zip(totals[kind], [*row, n], strict=True)]
+    out = {f"{prefix}_upd/{k}": math.sqrt(t[0] / t[3]) for k, t in sorted(totals.items())}
+    out |= {f"{prefix}_gv/{k}": t[1] / t[2] for k, t in sorted(totals.items()) if t[2] > 0}
+    ratios = [g2 / v for _, g2, v in per_tensor if v > 0]
+    if ratios:
+        out[f"{prefix}_gv_max"] = max(ratios)
     return out
 
 
