@@ -19,7 +19,7 @@ from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import LogLocator, ScalarFormatter
 
 from analysis.fits import ChinchillaFit
 from analysis.instability import sci, si
@@ -741,6 +741,44 @@ def adam_state(curves: pd.DataFrame, state: pd.DataFrame, span: tuple[int, int] 
     _suptitle(
         fig, "Proxy, width 128, lr 8e-3, γ in E4M3: Adam's state before and at the blow-up", fontsize=11
     )
+    return fig
+
+
+def step_source(
+    source: pd.DataFrame, order: Sequence[str] | None = None, window: tuple[int, int] = (100, 200)
+) -> Figure:
+    """Adam's normalized step of the Linear weights per precision (``analysis.proxy.step_source``):
+    one dot per seed, red where the run blew up, a thin line joining the same seed across precisions
+    (same init, same batches), and the fp32 twins' steps in the last column (log y)."""
+    labels = list(order) if order else list(dict.fromkeys(source["label"]))
+    columns = [*labels, "fp32 twin"]
+    fig = Figure(figsize=(max(6.0, 1.3 * len(columns) + 1.5), 4.4), layout="constrained")
+    ax = fig.subplots()
+    wide = source.pivot_table(index="seed", columns="label", values="upd")
+    twins = source.groupby("seed")["twin_upd"].median()
+    for seed, row in wide.iterrows():
+        ys = [row.get(lab, np.nan) for lab in labels] + [twins.get(seed, np.nan)]
+        ax.plot(range(len(columns)), ys, color="grey", lw=0.5, alpha=0.5, zorder=1)
+    seen = set()
+    for i, lab in enumerate(labels):
+        g = source[source["label"] == lab]
+        for blew, color, name in ((True, "tab:red", "blew up"), (False, "tab:blue", "did not blow up")):
+            h = g[g["blew_up"] == blew]
+            ax.scatter(np.full(len(h), i), h["upd"], s=22, color=color, zorder=2,
+                       label=None if name in seen or h.empty else name)  # fmt: skip
+            seen |= {name} if not h.empty else set()
+    ax.scatter(np.full(len(twins), len(labels)), twins, s=22, color="black", marker="x", zorder=2,
+               label="fp32 twin (one per seed)")  # fmt: skip
+    ax.set_xticks(range(len(columns)), columns, fontsize=9)
+    ax.set_yscale("log")
+    # the steps span less than a decade: label 1, 2, 3, 5, 7 × 10^k as plain numbers
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 3, 5, 7)))
+    _lm_plain_axis(ax.yaxis)
+    ax.set_ylabel("normalized step RMS(m̂/√v̂), Linear weights")
+    ax.grid(alpha=0.3, axis="y")
+    fig.legend(loc="outside lower center", ncols=3, fontsize=9)
+    title = f"Adam's step per precision, same seeds (median, steps {window[0]}–{window[1]})"
+    _suptitle(fig, title, fontsize=11)
     return fig
 
 

@@ -27,6 +27,15 @@ Vocabulary (the claims of docs/results.md are stated in these terms):
   the median onset of those that did, the same steps of training), the step at which ``adam_gv_max``
   first exceeds 1 relative to the onset (the *lead*: negative means before the loss jumped), its peak
   within ``WINDOW`` steps of the onset, and ``adam_gv/*`` at the step each branch left the run.
+* **step source** (``step_source``): the same seeds trained from init in several precisions; each run's
+  normalized step over the fixed ``STEP_WINDOW`` of logged steps (before its own onset), against its
+  twin's and against one reference precision of the same seed (``paired_steps``). Per coordinate
+  m̂/√v̂ ≈ (m̂/√g²)·√(g²/v̂): how consistent the gradient's sign is over β1's memory, times how large the
+  present gradient is against v̂'s memory of it. For a gradient that keeps its sign and size the step
+  is 1; for zero-mean noise of steady size it is √((1−β1)/(1+β1)) ≈ 0.23; a gradient that shrinks
+  while v̂ remembers it larger scales both down. ``gv`` (Σg²/Σv̂ of the Linear weights over the same
+  steps) is the second factor, and ``consistency`` = ``upd``/√``gv`` the first: a larger consistency at
+  the same steps of training means a gradient component that does not average out, i.e. a bias.
 """
 
 from __future__ import annotations
@@ -363,6 +372,80 @@ def fp32_siblings(runs: pd.DataFrame) -> pd.DataFrame:
             "sibling_stable": pairs["stable_fp32"].astype(bool),
         }
     )
+
+
+STEP_WINDOW = (100, 200)
+"""Logged steps over which ``step_source`` takes each run's normalized step: after Adam's first
+steps (m̂/√v̂ ≈ ±1 at step 1) have washed out, before every onset of the runs that set the question
+(proxy_mechanism_d128_adam_state: all ≥ 200). Fixed in proxy_mechanism_d128_step_source's header."""
+
+
+def step_source(runs: pd.DataFrame, cur: pd.DataFrame, window: tuple[int, int] = STEP_WINDOW) -> pd.DataFrame:
+    """One row per finished phase-1 run that logs Adam's state: ``upd`` = the median normalized step
+    RMS(m̂/√v̂) of its Linear weights (``adam_upd/matrix``) over the logged steps in ``window``
+    (inclusive) that precede its own onset, ``upd_norm`` the same for the norm parameters,
+    ``twin_upd`` its fp32 twin's at the same steps, ``upd_vs_twin`` their ratio, ``gv`` the median
+    Σg²/Σv̂ of the Linear weights there and ``consistency`` = ``upd``/√``gv`` (each also its twin's,
+    ``twin_*``), and the run's
+    outcome (``blew_up``, ``onset``, ``ratio`` = final val loss / twin's). A run whose onset comes
+    before ``window`` starts has no steps to read (NaN): with a fixed window the precisions are
+    compared at the same steps of training."""
+    if cur.empty or "adam_upd/matrix" not in cur:
+        return pd.DataFrame()
+    curves = {r: c.sort_values("step") for r, c in cur.groupby("run") if c["adam_upd/matrix"].notna().any()}
+    lo, hi = window
+    out = []
+    for _, r in runs[runs["parent"].isna() & runs["finished"] & runs["run"].isin(list(curves))].iterrows():
+        c = curves[r["run"]]
+        t = onset(c, _get(r, "spike_step") or _get(r, "diverged_step")) if r["blew_up"] else None
+        read = c[(c["step"] >= lo) & (c["step"] <= hi) & (c["step"] < (t if t is not None else math.inf))]
+        row = {
+            "run": r["run"],
+            "label": r["label"],
+            "seed": r["seed"],
+            "blew_up": bool(r["blew_up"]),
+            "onset": np.nan if t is None else float(t),
+            "ratio": float(r["ratio"]),
+            "twin_final_val_loss": float(_get(r, "twin_final_val_loss") or np.nan),
+            "upd": _median(read, "adam_upd/matrix"),
+            "upd_norm": _median(read, "adam_upd/norm"),
+            "gv": _median(read, "adam_gv/matrix"),
+        }
+        for key in ("upd", "gv"):  # the twin logs at its own cadence (train.twin_every)
+            col = f"twin_adam_{key}/matrix"
+            row[f"twin_{key}"] = _median(read.dropna(subset=[col]), col) if col in read else np.nan
+        row["upd_vs_twin"] = row["upd"] / row["twin_upd"]
+        for who in ("", "twin_"):
+            gv = row[f"{who}gv"]
+            row[f"{who}consistency"] = row[f"{who}upd"] / math.sqrt(gv) if gv > 0 else np.nan
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def paired_steps(source: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per precision of ``step_source``'s frame other than ``reference``: on the seeds both ran, how
+    often its normalized step is below the reference precision's of the same seed (same init, same
+    batches), the median ratio, and a two-sided sign test."""
+    from scipy.stats import binomtest
+
+    if source.empty or reference not in set(source["label"]):
+        return pd.DataFrame()
+    wide = source.pivot_table(index="seed", columns="label", values="upd")
+    rows = []
+    for label in [lab for lab in dict.fromkeys(source["label"]) if lab != reference]:
+        both = wide[[label, reference]].dropna()
+        lower, tied = int((both[label] < both[reference]).sum()), int((both[label] == both[reference]).sum())
+        n = len(both) - tied
+        rows.append(
+            {
+                "variant": label,
+                "seeds": len(both),
+                f"below {reference}": f"{lower}/{n}",
+                f"step / {reference}'s (median)": float((both[label] / both[reference]).median()),
+                "sign test p": binomtest(lower, n).pvalue if n else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def cosine_by_seed(runs: pd.DataFrame, cur: pd.DataFrame, start: int = WINDOW) -> pd.DataFrame:

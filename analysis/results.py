@@ -277,6 +277,11 @@ RERUN_BRANCHES = (
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
 
+STEP_SOURCE = {"proxy_mechanism_d128_step_source": "mx_ln_e4m3"}
+"""Phase-1 sweeps that train the same seeds from init in several precisions beside their fp32 twins
+(conf/experiment/) → the precision the others are set against seed by seed: which quantized tensor
+gives Adam its larger step (``analysis.proxy.step_source``), reported under 1.2."""
+
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
 """A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
 variants' parents branched into fp32 at the same step, to tell a γ-clamped prefix from any MX prefix."""
@@ -646,6 +651,7 @@ def proxy_claims(
     reruns: Sequence[Source] = (),
     pilots: Mapping[str, Source] | None = None,
     controls: Sequence[tuple[Source, Source | None]] = (),
+    step_sources: Sequence[tuple[Source, str]] = (),
 ) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
@@ -738,6 +744,10 @@ def proxy_claims(
                 md_table(by_seed),
                 "",
             )
+
+    for src, reference in step_sources:
+        if src.ran:
+            _step_source_block(doc, src, reference)
 
     # 1.3 -------------------------------------------------------------------------------------------
     points = mech.branch_at
@@ -1070,6 +1080,101 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
     doc.figure(
         plots.adam_state(src.cur, state), fig.replace(".png", "_adam.png"), f"Adam's state ({src.name})"
     )
+
+
+def _step_source_block(doc: _Doc, src: Source, reference: str) -> None:
+    """Adam's normalized step per precision on the same seeds from init (``proxy.step_source``), each
+    precision against ``reference`` of the same seed and against its own fp32 twin; whether the runs
+    that blew up took larger steps, whatever their precision; and whether the twins, one fp32
+    trajectory per seed trained once per precision, agree to the bit."""
+    from scipy.stats import binomtest, mannwhitneyu
+
+    from analysis import plots
+
+    source = proxy.step_source(src.runs, src.cur)
+    if source.empty:
+        return
+    lo, hi = proxy.STEP_WINDOW
+    runs = src.runs[src.runs["parent"].isna()]
+    # the sweep's own order of its precisions (sweep.precisions), then any other label it recorded
+    named = [str(e.get("name")) for e in src.setting("sweep.precisions") or [] if isinstance(e, dict)]
+    order = [lab for lab in dict.fromkeys([*named, *source["label"]]) if lab in set(source["label"])]
+    paired = proxy.paired_steps(source, reference).set_index("variant") if len(order) > 1 else pd.DataFrame()
+    rows = []
+    for label in order:
+        g, r = source[source["label"] == label], runs[runs["label"] == label]
+        twins = r["twin_stable"].dropna().astype(bool)
+        vs_twin = g["upd_vs_twin"].dropna()
+        row = {
+            "precision": label,
+            "seeds": int(g["seed"].nunique()),
+            "blew up": int(r["blew_up"].sum()),
+            "twin stable": f"{int(twins.sum())}/{len(twins)}" if len(twins) else "–",
+            "step RMS (median)": float(g["upd"].median()),
+            "step RMS (range)": proxy.value_range(g["upd"]),
+            "step / twin's (median)": float(vs_twin.median()) if len(vs_twin) else np.nan,
+            "≥ 1.5× twin's": f"{int((vs_twin >= 1.5).sum())}/{len(vs_twin)}",
+            "Σg²/Σv̂ (median)": float(g["gv"].median()),
+            "twin's Σg²/Σv̂": float(g["twin_gv"].median()),
+            "consistency (median)": float(g["consistency"].median()),
+            "twin's consistency": float(g["twin_consistency"].median()),
+            "norms' step (median)": float(g["upd_norm"].median()),
+        }
+        if not paired.empty:
+            p = paired.loc[label] if label in paired.index else None
+            row[f"below {reference}"] = "–" if p is None else p[f"below {reference}"]
+            row["sign test p"] = "–" if p is None else p["sign test p"]
+        rows.append(row)
+    doc.add(
+        f"**Which quantized tensor sets Adam's step** (`python launch.py -m experiment={src.name}`, records "
+        f"`{_rel(src.path)}`, wall time as recorded {src.wall}): the same seeds "
+        f"({_seed_list(sorted(int(x) for x in source['seed'].unique()))}) from init in {len(order)} "
+        f"precisions, each beside its fp32 twin; step RMS = the median normalized step RMS(m̂/√v̂) of the "
+        f"Linear weights over the logged steps {lo}–{hi} that precede the run's own onset, Σg²/Σv̂ its "
+        "present gradient against Adam's memory of it there, consistency = step RMS / √(Σg²/Σv̂) how "
+        "much of the gradient keeps its sign over β1's memory (1: all of it, ≈ 0.23: pure noise; "
+        "`analysis.proxy`'s docstring derives it) (the "
+        "predictions in the preset's header were set before it ran; below: against "
+        f"`{reference}` of the same seed, two-sided sign test).",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    )
+    read = source.dropna(subset=["upd"])
+    blew, calm = read[read["blew_up"]], read[~read["blew_up"]]
+    if len(blew) and len(calm):
+        p = mannwhitneyu(blew["upd"], calm["upd"], alternative="greater").pvalue
+        doc.add(
+            f"Over every run of the sweep, whatever its precision, the {len(blew)} that blew up (and had "
+            f"steps {lo}–{hi} before their onset) took a step RMS of {proxy.value_range(blew['upd'])} "
+            f"(median {blew['upd'].median():.3f}), the {len(calm)} that did not "
+            f"{proxy.value_range(calm['upd'])} (median {calm['upd'].median():.3f}; one-sided "
+            f"Mann-Whitney p = {p:.2g}).",
+            "",
+        )
+    twins = source.groupby("seed")["twin_final_val_loss"].nunique(dropna=False)
+    same = int((twins == 1).sum())
+    doc.add(
+        f"The fp32 twins of a seed (one trajectory, trained once beside each precision) end at the same "
+        f"val loss to the bit in {same} of {len(twins)} seeds.",
+        "",
+    )
+    for label in order:
+        r = runs[runs["label"] == label].dropna(subset=["twin_stable"])
+        if label == reference or r.empty:
+            continue
+        twin_ok = r["twin_stable"].astype(bool)
+        only_run, only_twin = int((r["blew_up"] & twin_ok).sum()), int((~r["blew_up"] & ~twin_ok).sum())
+        n = only_run + only_twin
+        sign = binomtest(only_run, n).pvalue if n else 1.0
+        doc.add(
+            f"`{label}` blew up in {int(r['blew_up'].sum())} of {len(r)} seeds, its fp32 twins were "
+            f"unstable in {int((~twin_ok).sum())}; the run alone in {only_run}, the twin alone in "
+            f"{only_twin} (exact McNemar p = {sign:.2g}).",
+            "",
+        )
+    doc.figure(plots.step_source(source, order, proxy.STEP_WINDOW), f"proxy_step_source_{src.name}.png",
+               f"Adam's step per precision ({src.name})")  # fmt: skip
 
 
 def _outcome(run: pd.Series, spike: bool = True) -> str:
@@ -1660,7 +1765,7 @@ def write_results(
     lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
              for n in LATE_SEARCH]  # fmt: skip
     loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
-              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL))}  # fmt: skip
+              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL, *STEP_SOURCE))}  # fmt: skip
     edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
     searches = [loaded[n] for n in SEARCH]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
@@ -1689,12 +1794,13 @@ def write_results(
     )
     pilots = {name: loaded[pilot] for name, pilot in PILOT.items()}
     controls = [(loaded[n], loaded.get(r)) for n, r in CONTROL.items()]
-    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots, controls)
+    step_sources = [(loaded[n], reference) for n, reference in STEP_SOURCE.items()]
+    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources)
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
-    search_log(doc, [mech, *edges, *searches, *lates, canonical])
+    search_log(doc, [mech, *edges, *searches, *lates, *(s for s, _ in step_sources), canonical])
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out
 

@@ -103,6 +103,8 @@ TINY = {
     "proxy_mechanism_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[0]"],
     "proxy_mechanism_d128_adam_dose": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     "proxy_mechanism_d128_adam_state": [*TINY_BRANCHED, "sweep.seeds=[32]"],
+    # five precisions from init, one of them fp32 but for γ/β in E4M3: each trains tiny beside its twin
+    "proxy_mechanism_d128_step_source": [*TINY_PROXY, "model.width=16", "sweep.seeds=[32]"],
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
         "model.width=16",
@@ -165,6 +167,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_adam_branch": (8, 0),  # d256 seeds 0–7; branches planned from their records
     "proxy_mechanism_d128_adam_dose": (9, 0),  # the same 9 parents; branches planned from their records
     "proxy_mechanism_d128_adam_state": (14, 0),  # the 9 parents and 5 seeds that never spiked
+    "proxy_mechanism_d128_step_source": (70, 0),  # those 14 seeds from init × 5 precisions, no branches
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
@@ -267,6 +270,7 @@ def test_preset_runs_on_a_tiny_budget(name, tmp_path):
         "proxy_late_wide": 1,
         "lm_precisions": 9,
         "proxy_mechanism_d128_adam_branch": 5,  # one parent and its 4 branches at step 2
+        "proxy_mechanism_d128_step_source": 5,  # one seed × the 5 precisions
     }.get(name)
     assert len(records) == (expected or first + second)
     assert {s["status"] for s in records} <= {"done", "diverged"}, [s.get("error") for s in records]

@@ -1015,3 +1015,67 @@ def test_adams_state_before_the_onset_and_after_a_branch():
     fig = plots.adam_state(cur, proxy.adam_state(runs, cur))
     assert [ax.get_yscale() for ax in fig.axes] == ["log", "log"]
     assert proxy.adam_state(runs, cur.drop(columns=["adam_gv_max"])).empty  # records without Adam's state
+
+
+def test_the_step_source_reads_each_precision_at_the_same_steps_before_its_own_onset():
+    """step_source takes the Linear weights' normalized step over STEP_WINDOW and stops at the run's own
+    onset; paired_steps sets each precision against the reference precision of the same seed."""
+    rows, cur = [], []
+    steps = {"mx_ln": (0.08, 0.075, 0.07), "mx_none": (0.04, 0.05, 0.09), "ln_only": (0.06, 0.02, 0.03)}
+    for label, values in steps.items():
+        for seed, upd in enumerate(values):
+            run = f"{label}_s{seed}"
+            blew = label == "mx_ln" and seed == 0
+            rows.append(_run(run, label, seed, final=0.5 if blew else 0.03, twin=0.03,
+                             spike=150 if blew else None, recovered=False if blew else None))  # fmt: skip
+            curve = _adam_curve(run, onset=150 if blew else None, upd=upd)
+            cur += [{**r, "adam_upd/norm": 0.5} for r in curve]
+    runs = proxy.proxy_runs(pd.DataFrame(rows))
+    s = proxy.step_source(runs, pd.DataFrame(cur)).set_index("run")
+    # the blown-up run is read on steps 100–140 only: its step of 1.0 from the onset on is left out
+    assert s.loc["mx_ln_s0", "upd"] == pytest.approx(0.08) and s.loc["mx_ln_s0", "onset"] == 150
+    assert s.loc["mx_none_s2", "upd"] == pytest.approx(0.09) and pd.isna(s.loc["mx_none_s2", "onset"])
+    assert s.loc["ln_only_s1", "upd_vs_twin"] == pytest.approx(0.02 / 0.03)
+    assert s.loc["ln_only_s1", "upd_norm"] == pytest.approx(0.5)
+    assert s.loc["ln_only_s1", "consistency"] == pytest.approx(0.02 / math.sqrt(0.15))
+    assert pd.isna(s.loc["ln_only_s1", "twin_gv"]) and pd.isna(s.loc["ln_only_s1", "twin_consistency"])
+    late = proxy.step_source(runs, pd.DataFrame(cur), window=(150, 200)).set_index("run")
+    assert pd.isna(late.loc["mx_ln_s0", "upd"])  # no step of the window precedes its onset
+    p = proxy.paired_steps(s.reset_index(), "mx_ln").set_index("variant")
+    assert list(p.index) == ["mx_none", "ln_only"]
+    assert p.loc["mx_none", "below mx_ln"] == "2/3" and p.loc["ln_only", "below mx_ln"] == "3/3"
+    assert p.loc["ln_only", "sign test p"] == pytest.approx(0.25)
+    assert p.loc["mx_none", "step / mx_ln's (median)"] == pytest.approx(0.05 / 0.075)
+    assert proxy.paired_steps(s.reset_index(), "fp32").empty
+
+
+def test_the_step_source_block_sets_each_precision_against_the_reference_and_its_twin(tmp_path):
+    """The 1.2 block of a STEP_SOURCE sweep: per precision its blow-ups, its step against its twin's and
+    against the reference precision of the same seed; the pooled comparison of runs that blew up with
+    those that did not; whether the twins of a seed agree to the bit; each precision against its twins."""
+    from analysis.results import _Doc, _step_source_block
+
+    rows, cur = [], []
+    for label, ups in {"mx_ln": (0.08, 0.075, 0.07, 0.08), "ln_only": (0.06, 0.07, 0.03, 0.02)}.items():
+        for seed, upd in enumerate(ups):
+            blew = upd >= 0.07
+            rows.append(_run(f"{label}_s{seed}", label, seed, final=0.5 if blew else 0.03,
+                             twin=0.03 if seed else 0.03 + (label == "ln_only") * 1e-9,
+                             spike=300 if blew else None, recovered=False if blew else None))  # fmt: skip
+            cur += [{**r, "adam_upd/norm": 0.5, "twin_adam_gv/matrix": 0.09}
+                    for r in _adam_curve(f"{label}_s{seed}", upd=upd)]  # fmt: skip
+    src = _source(tmp_path, "proxy_mechanism_d128_step_source", rows, "model:\n  width: 128\n")
+    src.cur = pd.DataFrame(cur)
+    doc = _Doc(tmp_path / "results.md")
+    _step_source_block(doc, src, "mx_ln")
+    text = "\n".join(doc.lines)
+    assert "| mx_ln | 4 | 4 | 4/4 | 0.0775 |" in text
+    # consistency: step / √(Σg²/Σv̂) = 0.0775 / √0.15; the twin's 0.03 / √0.09
+    assert "| mx_ln | 4 | 4 | 4/4 | 0.0775 | 0.07–0.08 | 2.583 | 4/4 | 0.15 | 0.09 | 0.2001 | 0.1 |" in text
+    # ln_only: one seed blew up (step 0.07); its steps are below mx_ln's in 4 of 4 seeds (p = 0.125)
+    assert "| ln_only | 4 | 1 | 4/4 | 0.045 | 0.02–0.07 | 1.5 | 2/4 | 0.15 | 0.09 | 0.1162 | 0.1 |" in text
+    assert "| 0.1 | 0.5 | – | – |" in text and "| 0.1 | 0.5 | 4/4 | 0.125 |" in text
+    assert "the 5 that blew up" in text and "the 3 that did not 0.02–0.06" in text
+    assert "to the bit in 3 of 4 seeds" in text  # seed 0's twins differ by 1e-9
+    assert "`ln_only` blew up in 1 of 4 seeds, its fp32 twins were unstable in 0; the run alone in 1" in text
+    assert (tmp_path / "figures" / "proxy_step_source_proxy_mechanism_d128_step_source.png").exists()
