@@ -448,6 +448,51 @@ def paired_steps(source: pd.DataFrame, reference: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def step_threshold(source: pd.DataFrame) -> float:
+    """The normalized step (``step_source``'s ``upd``) that best tells the runs that blew up from those
+    that did not: the midpoint between two neighbouring sorted steps that maximizes the balanced
+    accuracy of "blows up iff step > threshold" (the lowest such midpoint on ties). NaN without both
+    outcomes."""
+    read = source.dropna(subset=["upd"])
+    if read["blew_up"].nunique() < 2:
+        return np.nan
+    values = np.sort(read["upd"].unique())
+    cuts = (values[:-1] + values[1:]) / 2
+    blew = read["blew_up"].to_numpy(bool)
+    best, cut = -1.0, np.nan
+    for c in cuts:
+        above = read["upd"].to_numpy() > c
+        score = (above[blew].mean() + (~above[~blew]).mean()) / 2
+        if score > best:
+            best, cut = score, float(c)
+    return cut
+
+
+def step_prediction(source: pd.DataFrame, threshold: float) -> dict[str, Any]:
+    """How well "blows up iff step > ``threshold``" predicts the runs of ``source``: the counts of
+    the confusion table, the runs left out (blew up before the step window, so no step to read),
+    the balanced accuracy and a one-sided Fisher exact p of the 2 × 2 table."""
+    from scipy.stats import fisher_exact
+
+    read = source.dropna(subset=["upd"])
+    above, blew = read["upd"] > threshold, read["blew_up"].astype(bool)
+    tp, fn = int((above & blew).sum()), int((~above & blew).sum())
+    fp, tn = int((above & ~blew).sum()), int((~above & ~blew).sum())
+    sens = tp / (tp + fn) if tp + fn else np.nan
+    spec = tn / (tn + fp) if tn + fp else np.nan
+    return {
+        "threshold": threshold,
+        "runs": len(read),
+        "unread": int(len(source) - len(read)),
+        "hit": tp,
+        "miss": fn,
+        "false alarm": fp,
+        "correct rejection": tn,
+        "balanced accuracy": (sens + spec) / 2,
+        "p (Fisher, one-sided)": fisher_exact([[tp, fn], [fp, tn]], alternative="greater")[1],
+    }
+
+
 def cosine_by_seed(runs: pd.DataFrame, cur: pd.DataFrame, start: int = WINDOW) -> pd.DataFrame:
     """Per seed and phase-1 variant: the median twin cosine from step ``start`` to the run's onset (or
     its end), one column per variant. Seeds share init and batches across variants, so the columns

@@ -277,10 +277,17 @@ RERUN_BRANCHES = (
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
 
-STEP_SOURCE = {"proxy_mechanism_d128_step_source": "mx_ln_e4m3"}
+STEP_SOURCE = {
+    "proxy_mechanism_d128_step_source": "mx_ln_e4m3",
+    "proxy_mechanism_d128_step_predict": "mx_ln_e4m3",
+}
 """Phase-1 sweeps that train the same seeds from init in several precisions beside their fp32 twins
 (conf/experiment/) → the precision the others are set against seed by seed: which quantized tensor
 gives Adam its larger step (``analysis.proxy.step_source``), reported under 1.2."""
+
+STEP_PREDICTION = {"proxy_mechanism_d128_step_predict": "proxy_mechanism_d128_step_source"}
+"""A STEP_SOURCE sweep on fresh seeds → the sweep whose runs fixed the step threshold it tests
+(``proxy.step_threshold``, pooled over every run there): "blows up iff its step > threshold"."""
 
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
 """A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
@@ -745,9 +752,10 @@ def proxy_claims(
                 "",
             )
 
+    trained = {src.name: src for src, _ in step_sources}
     for src, reference in step_sources:
         if src.ran:
-            _step_source_block(doc, src, reference)
+            _step_source_block(doc, src, reference, trained.get(STEP_PREDICTION.get(src.name, "")))
 
     # 1.3 -------------------------------------------------------------------------------------------
     points = mech.branch_at
@@ -1082,11 +1090,12 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
     )
 
 
-def _step_source_block(doc: _Doc, src: Source, reference: str) -> None:
+def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source | None = None) -> None:
     """Adam's normalized step per precision on the same seeds from init (``proxy.step_source``), each
     precision against ``reference`` of the same seed and against its own fp32 twin; whether the runs
-    that blew up took larger steps, whatever their precision; and whether the twins, one fp32
-    trajectory per seed trained once per precision, agree to the bit."""
+    that blew up took larger steps, whatever their precision; whether the twins, one fp32
+    trajectory per seed trained once per precision, agree to the bit; and, for a sweep on fresh seeds
+    (``trained``: the sweep that fixed it), how well the step threshold predicts its blow-ups."""
     from scipy.stats import binomtest, mannwhitneyu
 
     from analysis import plots
@@ -1152,6 +1161,21 @@ def _step_source_block(doc: _Doc, src: Source, reference: str) -> None:
             f"Mann-Whitney p = {p:.2g}).",
             "",
         )
+    if trained is not None and trained.ran:
+        threshold = proxy.step_threshold(proxy.step_source(trained.runs, trained.cur))
+        if not math.isnan(threshold):
+            p = proxy.step_prediction(source, threshold)
+            doc.add(
+                f"**The step as a predictor, on fresh seeds** (rule fixed before this sweep ran: the "
+                f"threshold that best separated the runs of `{trained.name}`, pooled over its "
+                f"precisions, {threshold:.4f}; a run is predicted to blow up iff its step RMS over steps "
+                f"{lo}–{hi} exceeds it): {p['hit']} of {p['hit'] + p['miss']} runs that blew up were "
+                f"predicted, {p['false alarm']} of {p['false alarm'] + p['correct rejection']} that did "
+                f"not were flagged (balanced accuracy {p['balanced accuracy']:.2f}, one-sided Fisher "
+                f"p = {p['p (Fisher, one-sided)']:.2g}); {p['unread']} runs blew up by step {lo} and had "
+                "no step to read.",
+                "",
+            )
     twins = source.groupby("seed")["twin_final_val_loss"].nunique(dropna=False)
     same = int((twins == 1).sum())
     doc.add(

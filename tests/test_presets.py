@@ -168,6 +168,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_adam_dose": (9, 0),  # the same 9 parents; branches planned from their records
     "proxy_mechanism_d128_adam_state": (14, 0),  # the 9 parents and 5 seeds that never spiked
     "proxy_mechanism_d128_step_source": (70, 0),  # those 14 seeds from init × 5 precisions, no branches
+    "proxy_mechanism_d128_step_predict": (48, 0),  # fresh seeds 56–71 × 3 of those precisions
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
@@ -230,6 +231,7 @@ VARIANTS = {
     "proxy_mechanism_adam_branch": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_dose": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_state": "proxy_mechanism_d128_adam_branch",
+    "proxy_mechanism_d128_step_predict": "proxy_mechanism_d128_step_source",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",

@@ -1079,3 +1079,35 @@ def test_the_step_source_block_sets_each_precision_against_the_reference_and_its
     assert "to the bit in 3 of 4 seeds" in text  # seed 0's twins differ by 1e-9
     assert "`ln_only` blew up in 1 of 4 seeds, its fp32 twins were unstable in 0; the run alone in 1" in text
     assert (tmp_path / "figures" / "proxy_step_source_proxy_mechanism_d128_step_source.png").exists()
+    assert "as a predictor" not in text  # only a sweep on fresh seeds is scored against a threshold
+    doc = _Doc(tmp_path / "results.md")
+    _step_source_block(doc, src, "mx_ln", trained=src)  # here its own runs set the threshold
+    text = "\n".join(doc.lines)
+    assert (
+        "best separated the runs of `proxy_mechanism_d128_step_source`, pooled over its precisions, 0.0650"
+        in text
+    )
+    assert "5 of 5 runs that blew up were predicted, 0 of 3 that did not were flagged" in text
+
+
+def test_a_step_threshold_from_one_sweep_predicts_the_blowups_of_another():
+    """step_threshold picks the midpoint that best separates the runs that blew up by their step;
+    step_prediction scores "blows up iff step > threshold" on other runs, leaving out those with no
+    step to read (blown up before the window)."""
+    train = pd.DataFrame({"upd": [0.02, 0.03, 0.05, 0.06, 0.07, 0.08],
+                          "blew_up": [False, False, False, True, False, True]})  # fmt: skip
+    assert proxy.step_threshold(train) == pytest.approx(0.055)  # 2/2 hits, 3/4 rejections
+    assert math.isnan(proxy.step_threshold(train.assign(blew_up=False)))
+    test = pd.DataFrame({"upd": [0.01, 0.04, 0.06, 0.09, 0.1, np.nan],
+                         "blew_up": [False, True, False, True, True, True]})  # fmt: skip
+    p = proxy.step_prediction(test, 0.055)
+    assert (p["runs"], p["unread"], p["hit"], p["miss"], p["false alarm"], p["correct rejection"]) == (
+        5,
+        1,
+        2,
+        1,
+        1,
+        1,
+    )
+    assert p["balanced accuracy"] == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert p["p (Fisher, one-sided)"] == pytest.approx(0.7)  # P(≥ 2 hits | margins 3, 2; 3, 2)
