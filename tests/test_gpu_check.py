@@ -247,3 +247,36 @@ def test_worker_result_file(tmp_path):
         "done": False,
     }  # fmt: skip
     assert os.listdir(tmp_path) == ["r.json"]
+
+
+def test_the_cuda_tests_collect_on_an_image_without_wandb():
+    """The correctness step runs ``pytest -k cuda tests`` under a GPU image's own python, which may
+    have no wandb: test_wandb.py must skip itself there, not stop the whole collection (it imported
+    wandb's protobufs before its importorskip, and every CUDA test went unrun)."""
+    code = (
+        "import sys; sys.modules['wandb'] = None; import pytest; "
+        "sys.exit(pytest.main(['-q', '--collect-only', '-p', 'no:cacheprovider', '-p', 'no:xdist', "
+        "'tests/test_wandb.py']))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=child_env(), capture_output=True, text=True
+    )
+    assert r.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, r.stdout[-2000:]
+    assert "could not import 'wandb'" in r.stdout
+
+
+def test_the_offline_gpu_check_refuses_without_wheels(tmp_path):
+    """scripts/gpu_check_offline.sh (a GPU machine with no registry): no wheels is one line and exit 2."""
+    r = subprocess.run(
+        ["bash", "scripts/gpu_check_offline.sh", "--out", str(tmp_path / "c")],
+        cwd=REPO,
+        env=child_env(MXSWEEP_WHEELS=str(tmp_path / "none")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"gpu_check_offline: no wheels in {tmp_path / 'none'} (set MXSWEEP_WHEELS; see this script's header)"
+    ]
+    assert not (tmp_path / "c").exists()
