@@ -1128,6 +1128,7 @@ def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source |
             "consistency (median)": float(g["consistency"].median()),
             "twin's consistency": float(g["twin_consistency"].median()),
             "norms' step (median)": float(g["upd_norm"].median()),
+            "train loss / twin's (median)": float(g["loss_vs_twin"].median()),
         }
         if not paired.empty:
             p = paired.loc[label] if label in paired.index else None

@@ -1038,6 +1038,7 @@ def test_the_step_source_reads_each_precision_at_the_same_steps_before_its_own_o
     assert s.loc["ln_only_s1", "upd_vs_twin"] == pytest.approx(0.02 / 0.03)
     assert s.loc["ln_only_s1", "upd_norm"] == pytest.approx(0.5)
     assert s.loc["ln_only_s1", "consistency"] == pytest.approx(0.02 / math.sqrt(0.15))
+    assert pd.isna(s.loc["ln_only_s1", "loss_vs_twin"])  # these curves log no twin loss
     assert pd.isna(s.loc["ln_only_s1", "twin_gv"]) and pd.isna(s.loc["ln_only_s1", "twin_consistency"])
     late = proxy.step_source(runs, pd.DataFrame(cur), window=(150, 200)).set_index("run")
     assert pd.isna(late.loc["mx_ln_s0", "upd"])  # no step of the window precedes its onset
@@ -1062,7 +1063,7 @@ def test_the_step_source_block_sets_each_precision_against_the_reference_and_its
             rows.append(_run(f"{label}_s{seed}", label, seed, final=0.5 if blew else 0.03,
                              twin=0.03 if seed else 0.03 + (label == "ln_only") * 1e-9,
                              spike=300 if blew else None, recovered=False if blew else None))  # fmt: skip
-            cur += [{**r, "adam_upd/norm": 0.5, "twin_adam_gv/matrix": 0.09}
+            cur += [{**r, "adam_upd/norm": 0.5, "twin_adam_gv/matrix": 0.09, "twin_loss": r["loss"] * 1.25}
                     for r in _adam_curve(f"{label}_s{seed}", upd=upd)]  # fmt: skip
     src = _source(tmp_path, "proxy_mechanism_d128_step_source", rows, "model:\n  width: 128\n")
     src.cur = pd.DataFrame(cur)
@@ -1074,7 +1075,7 @@ def test_the_step_source_block_sets_each_precision_against_the_reference_and_its
     assert "| mx_ln | 4 | 4 | 4/4 | 0.0775 | 0.07–0.08 | 2.583 | 4/4 | 0.15 | 0.09 | 0.2001 | 0.1 |" in text
     # ln_only: one seed blew up (step 0.07); its steps are below mx_ln's in 4 of 4 seeds (p = 0.125)
     assert "| ln_only | 4 | 1 | 4/4 | 0.045 | 0.02–0.07 | 1.5 | 2/4 | 0.15 | 0.09 | 0.1162 | 0.1 |" in text
-    assert "| 0.1 | 0.5 | – | – |" in text and "| 0.1 | 0.5 | 4/4 | 0.125 |" in text
+    assert "| 0.1 | 0.5 | 0.8 | – | – |" in text and "| 0.1 | 0.5 | 0.8 | 4/4 | 0.125 |" in text
     assert "the 5 that blew up" in text and "the 3 that did not 0.02–0.06" in text
     assert "to the bit in 3 of 4 seeds" in text  # seed 0's twins differ by 1e-9
     assert "`ln_only` blew up in 1 of 4 seeds, its fp32 twins were unstable in 0; the run alone in 1" in text
