@@ -1097,11 +1097,12 @@ def step_proxy(ctx: Ctx, box: Box) -> dict:
     log = ctx.logs / "proxy_canonical.log"
     timed_out = None
     try:
-        rc = run_logged(cmd, log, box.left() - PROXY_GRACE_S, env=ctx.env(), grace=PROXY_GRACE_S)
+        env = ctx.env(MXSWEEP_QUANT_BACKEND=ctx.args.proxy_backend)
+        rc = run_logged(cmd, log, box.left() - PROXY_GRACE_S, env=env, grace=PROXY_GRACE_S)
     except StepTimeout as e:
         rc, timed_out = None, e
     runs = proxy_runs(sweep)
-    numbers = {"sweep_dir": str(sweep), "runs": runs, "exit_status": rc}
+    numbers = {"sweep_dir": str(sweep), "runs": runs, "exit_status": rc, "backend": ctx.args.proxy_backend}
     where = ", ".join(
         f"{k} at step {_fmt(r['step'])}/{_fmt(r['steps'])} ({r['status']})" for k, r in runs.items()
     )
@@ -1329,6 +1330,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--proxy-jobs", type=int, default=2, help="proxy runs at once (default 2; 1: one after another)"
+    )
+    p.add_argument(
+        "--proxy-backend",
+        choices=("auto", "eager", "compiled"),
+        default="auto",
+        help="the proxy's quantizer backend (default auto: the compiled kernel on CUDA; eager: the "
+        "reference ops, for when the compiled kernel fails the correctness step)",
     )
     p.add_argument("--ddp-procs", type=int, default=0, help="torchrun processes (default: min(2, GPUs))")
     p.add_argument(

@@ -119,6 +119,13 @@ def _pow2_scale(amax: torch.Tensor, elem: ElemFormat, spec: QuantSpec) -> torch.
     return e.clamp(lo, hi)
 
 
+def _div(a: torch.Tensor, c: float) -> torch.Tensor:
+    """a / c correctly rounded on every device. CUDA divides a tensor by a Python (CPU) scalar as
+    a · fl(1/c), which is off by an ulp wherever 1/c is inexact (1/448, 1/6): a float scale would
+    differ from the CPU's in about half the blocks. A device tensor divisor takes the IEEE division."""
+    return a / torch.full((), c, dtype=a.dtype, device=a.device)
+
+
 def _block_scales(amax: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """(S, 1/S) per block, fp32, from the block maxima ``amax`` (all of them: one tensor)."""
     elem, kind = spec.elem, spec.scale.kind
@@ -126,10 +133,10 @@ def _block_scales(amax: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, to
         # int32 exponent: scale and its inverse are exact powers of two (2**-127 is subnormal).
         e = _pow2_scale(amax, elem, spec)
         return _pow2(e), _pow2(-e)
-    s = amax / elem.max
+    s = _div(amax, elem.max)
     g = None
     if spec.global_scale:
-        g = amax.amax() / (elem.max * spec.scale.max)  # the tensor max is the max of block maxima
+        g = _div(amax.amax(), elem.max * spec.scale.max)  # the tensor max is the max of block maxima
         g = torch.where((g > 0) & torch.isfinite(g), g, torch.ones_like(g))
         s = s / g
     if kind is ScaleKind.FLOAT:
@@ -197,6 +204,13 @@ def _compiled(fn):
     cfg = torch._dynamo.config
     cfg.recompile_limit = max(cfg.recompile_limit, 256)
     cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 1024)
+    # dynamic=True would also make every int and float the spec holds (emin, mbits, the E8M0 exponent
+    # range, max_elem) a graph input: Inductor then passes them as int64 kernel arguments, the shifts
+    # that build fp32 bits promote to int64, and Triton refuses the bitcast to fp32 (no CUDA kernel
+    # compiled at all). Specialized, they are constants of the spec's own graph (guarded), and only the
+    # shapes stay symbolic. mxsweep compiles nothing else; these were torch's defaults before 2.6.
+    cfg.specialize_int = True
+    cfg.specialize_float = True
     return torch.compile(fn, dynamic=True)
 
 

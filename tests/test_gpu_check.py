@@ -50,12 +50,21 @@ def test_no_gpu_exits_3_and_writes_both_files(tmp_path):
 
 
 def test_bad_arguments_exit_2(capsys):
-    for argv in (["--only", "bogus"], ["--timeout", "proxy=soon"], ["--timeout", "nope=3"]):
+    bad = (
+        ["--only", "bogus"],
+        ["--timeout", "proxy=soon"],
+        ["--timeout", "nope=3"],
+        ["--proxy-backend", "c"],
+    )
+    for argv in bad:
         with pytest.raises(SystemExit) as e:
             gc.parse_args(argv)
         assert e.value.code == 2
     args = gc.parse_args(["--only", "speed,proxy", "--timeout", "proxy=60"])
     assert args.steps == ["speed", "proxy"] and args.timeouts == {"proxy": 60.0}
+    assert (
+        args.proxy_backend == "auto" and gc.parse_args(["--proxy-backend", "eager"]).proxy_backend == "eager"
+    )
 
 
 def test_bandwidth_and_verdicts():
