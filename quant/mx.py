@@ -211,7 +211,20 @@ def _compiled(fn):
     # shapes stay symbolic. mxsweep compiles nothing else; these were torch's defaults before 2.6.
     cfg.specialize_int = True
     cfg.specialize_float = True
-    return torch.compile(fn, dynamic=True)
+    return torch.compile(fn, dynamic=True, options=_inductor_options())
+
+
+def _inductor_options() -> dict[str, bool]:
+    """Inductor settings the compiled quantizer needs to give eager's bits on CUDA: Triton lowers an
+    fp32 ``x / y`` to the approximate ``div.full`` unless told to round (``div_rn``), so the float
+    scales (amax / max_elem, the NVFP4 global scale) came out an ulp off (5 of 32 compiled cases on an
+    H200, 2026-12-04). The option's name moved between torch releases; an unknown one is left out."""
+    cfg = torch._inductor.config
+    if hasattr(getattr(cfg, "eager_numerics", None), "division_rounding"):
+        return {"eager_numerics.division_rounding": True}
+    if hasattr(cfg, "emulate_divison_rounding"):  # sic: its spelling up to torch 2.10
+        return {"emulate_divison_rounding": True}
+    return {}
 
 
 @functools.cache
