@@ -22,7 +22,15 @@ from pathlib import Path
 
 from records import atomic_write
 
-KEPT = {"config.yaml", "summary.json", "metrics.jsonl", "probe.jsonl", "manifest.json", "multirun.yaml"}
+KEPT = {
+    "config.yaml",
+    "summary.json",
+    "metrics.jsonl",
+    "probe.jsonl",
+    "manifest.json",
+    "multirun.yaml",
+    "gpu_check.json",  # benchmarks/gpu_check.py's result, beside a sweep it ran: the GPU and its checks
+}
 """File names an archive keeps, wherever they are in the sweep (the record contract's readable part)."""
 SKIPPED_DIRS = {"ckpt", "wandb", ".hydra"}
 SUFFIX = ".tar.xz"

@@ -804,8 +804,10 @@ def proxy_claims(
         "Rule: a late blow-up is an MX run with γ in E4M3 that blows up after half of its steps while its "
         "fp32 twin stays stable. Reproduced when the canonical run (L4, W512, batch 2048, lr 6e-4, 9,000 "
         "steps, as the study ran it; a GPU preset, `experiment=proxy_canonical`) has records and some run "
-        "shows one; partially when only a CPU setting does. Here: the search for a CPU setting with a late "
-        "blow-up; every configuration tried is in the search log below."
+        "shows one, not reproduced when all its runs finish without one; partially when only a CPU "
+        "setting does (a canonical run cut short before its end, as by a GPU lease, leaves the verdict to "
+        "the CPU search). Here: the search for a CPU setting with a late blow-up; every configuration tried "
+        "is in the search log below."
     )
     ran = [s for s in lates if s.ran]
     # Every sweep of the search can hold a late blow-up, the re-runs of 1.1 included.
@@ -813,8 +815,11 @@ def proxy_claims(
     rows = _search_rows(searched)
     late_rows = [row for src in searched for row in _late_blowups(src)]
     late_hits = [r for r in late_rows if r["γ in E4M3"] and r["twin stable"]]
-    if canonical.ran:
-        verdict = REPRODUCED if late_hits else NOT
+    # The canonical run decides only where it shows a late blow-up or ran all its steps; an interrupted
+    # one (a GPU lease ran out) leaves the verdict to the CPU search.
+    canon_hit = any(r["sweep"] == canonical.name for r in late_hits)
+    if canon_hit or _canonical_complete(canonical):
+        verdict = REPRODUCED if canon_hit else NOT
     else:
         verdict = PARTIAL if late_hits else (NOT if rows else NOT_RUN)
     doc.claim(title, verdict, rule, ran[0] if ran else mech)
@@ -859,12 +864,118 @@ def proxy_claims(
         for line in _late_findings(src, baseline):
             doc.add(line, "")
     if canonical.ran:
-        doc.add(f"Canonical records: `{_rel(canonical.path)}`.", "")
+        _canonical_block(doc, canonical)
     else:
         doc.add(
             "The canonical run was not run here (no GPU): `python launch.py -m experiment=proxy_canonical`.",
             "",
         )
+
+
+def _canonical_complete(src: Source) -> bool:
+    """Every run of the canonical sweep has an outcome (done or diverged)."""
+    runs = src.runs if src.ran else pd.DataFrame()
+    return not runs.empty and bool(runs.loc[runs["parent"].isna(), "finished"].all())
+
+
+STUDY_DIVERGENCE = 5090
+"""The step near which the study's canonical MX run diverged (Su et al.; 1.4's title)."""
+CANONICAL_TAIL = 500
+"""Steps at the end of each canonical run that its table summarizes (clip fraction, Adam's step)."""
+
+
+def _canonical_block(doc: _Doc, src: Source) -> None:
+    """The canonical run's records: where each run got to (a GPU lease can end it early), its outcome
+    against its fp32 twin, γ's clip fraction and Adam's normalized step over its last steps, its step
+    time and the machine it ran on; the mechanism figure."""
+    from analysis import plots
+
+    runs = src.runs[src.runs["parent"].isna()]
+    rows = []
+    for _, r in runs.iterrows():
+        c = src.cur[src.cur["run"] == r["run"]] if not src.cur.empty else pd.DataFrame()
+        tail = c[c["step"] > c["step"].max() - CANONICAL_TAIL] if not c.empty else c
+        clip = [k for k in tail.columns if k.startswith("clip_ln/")]
+        step = proxy._get(r, "step")
+        rows.append(
+            {
+                "run": r["label"],
+                "steps": f"{step:,.0f} of {proxy._get(r, 'train.steps'):,.0f}" if pd.notna(step) else "–",
+                "status": r["status"],
+                "spike / divergence": _outcome(r) if r["finished"] else _so_far(r),
+                "val loss / fp32 twin's": r["ratio"],
+                f"LN-γ clip fraction (last {CANONICAL_TAIL} steps, median)": float(
+                    tail[clip].mean(axis=1).median()
+                )
+                if clip
+                else np.nan,
+                "Adam step RMS run / twin (same steps)": f"{_median_of(tail, 'adam_upd/matrix'):.3f} / "
+                f"{_median_of(tail, 'twin_adam_upd/matrix'):.3f}",
+                "s per step (with twin)": proxy._get(r, "median_step_time_with_twin"),
+            }
+        )
+    where = runs.iloc[0] if len(runs) else pd.Series(dtype=object)
+    machine = ", ".join(
+        str(v)
+        for v in (proxy._get(where, "hardware.cuda"), f"torch {proxy._get(where, 'versions.torch')}")
+        if isinstance(v, str) and v and "None" not in v and "nan" not in v
+    )
+    check = _gpu_check(src.path)
+    backend = (check.get("proxy") or {}).get("backend") or proxy._get(where, "quant_backend")
+    doc.add(
+        f"**The canonical run on a GPU** ({machine or 'machine not recorded'}; quantizer backend "
+        f"{backend if isinstance(backend, str) else 'not recorded'}; records `{_rel(src.path)}`"
+        + (", run by `benchmarks/gpu_check.py`, whose result is kept beside them" if check else "")
+        + "). "
+        + (
+            "Every run finished."
+            if _canonical_complete(src)
+            else "Not every run finished: the ones marked interrupted stopped where the GPU lease ended "
+            "(they checkpointed; `python launch.py -m experiment=proxy_canonical` on a GPU resumes them "
+            "where their checkpoints are kept, or reruns them)."
+        ),
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    )
+    e4m3 = runs["norm_affine"].eq("fp8_e4m3") if "norm_affine" in runs else pd.Series(False, index=runs.index)
+    clamped = runs[e4m3 & ~runs["finished"]]
+    if len(clamped) and not clamped["blew_up"].any():
+        reached, steps = int(clamped["step"].min()), int(proxy._get(clamped.iloc[0], "train.steps"))
+        doc.add(
+            f"The study's MX run diverged near step {STUDY_DIVERGENCE:,}; here the run with γ in E4M3 had "
+            f"no spike or divergence through step {reached:,}"
+            + (" (past that point)" if reached > STUDY_DIVERGENCE else "")
+            + f", and its last {steps - reached:,} steps were not run.",
+            "",
+        )
+    if not src.cur.empty:
+        doc.figure(
+            plots.proxy_mechanism(src.cur, runs), "proxy_canonical.png", "the canonical run vs its fp32 twin"
+        )
+
+
+def _so_far(run: pd.Series) -> str:
+    """An unfinished run's outcome up to the step it reached."""
+    for key, word in (("diverged_step", "diverged at"), ("spike_step", "spike at")):
+        if pd.notna(run.get(key)):
+            return f"{word} {run[key]:,.0f}"
+    return f"none by step {run['step']:,.0f}" if pd.notna(run.get("step")) else "none recorded"
+
+
+def _median_of(rows: pd.DataFrame, key: str) -> float:
+    return float(rows[key].median()) if key in rows and rows[key].notna().any() else float("nan")
+
+
+def _gpu_check(sweep: Path) -> dict[str, Any]:
+    """What ``benchmarks/gpu_check.py`` wrote beside a sweep it ran (``gpu_check.json``): the proxy
+    step's message and numbers (its quantizer backend), or {}."""
+    try:
+        result = json.loads((sweep / "gpu_check.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    step = next((s for s in result.get("steps", []) if s.get("step") == "proxy"), {})
+    return {"message": step.get("message"), "proxy": step.get("numbers") or {}}
 
 
 @dataclass

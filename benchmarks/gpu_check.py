@@ -439,6 +439,9 @@ def write_outputs(out: Path, result: dict) -> None:
         ("gpu_check.md", markdown(result)),
     ):
         atomic_write(out / name, text)
+    sweep = out / PROXY_SWEEP
+    if sweep.is_dir():  # the canonical run's records say which GPU, torch and quantizer made them
+        atomic_write(sweep / "gpu_check.json", json.dumps(clean(result), indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1087,9 +1090,13 @@ def work_speed(args: argparse.Namespace, prog: Progress) -> None:
 # Step 3: the canonical proxy
 
 
+PROXY_SWEEP = "proxy_canonical"
+"""The proxy step's sweep folder under --out (analysis.results reads gpu_check.json copied into it)."""
+
+
 @step("proxy")
 def step_proxy(ctx: Ctx, box: Box) -> dict:
-    sweep = ctx.out / "proxy_canonical"
+    sweep = ctx.out / PROXY_SWEEP
     cmd = [ctx.python, "launch.py", "-m", "experiment=proxy_canonical", "train.device=cuda"]
     cmd += [f"hydra.sweep.dir={sweep}", "logger=disabled"]
     if ctx.args.proxy_jobs > 1:

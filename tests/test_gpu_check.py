@@ -177,6 +177,12 @@ def test_markdown_uses_md_table(tmp_path):
     assert "| proxy | skipped | not selected (--only) | 1 |" in md
     assert "* speed: missed: QDQ" in md and "* proxy" not in md
     assert json.loads((tmp_path / "gpu_check.json").read_text())["steps"][1]["status"] == "fail"
+    assert not (tmp_path / gc.PROXY_SWEEP).exists()  # no proxy sweep, no copy
+    (tmp_path / gc.PROXY_SWEEP).mkdir()
+    gc.write_outputs(tmp_path, result)  # the canonical records carry the check that made them
+    assert (tmp_path / gc.PROXY_SWEEP / "gpu_check.json").read_text() == (
+        tmp_path / "gpu_check.json"
+    ).read_text()
 
 
 def test_time_box_kills_the_process_group(tmp_path):

@@ -1112,3 +1112,62 @@ def test_a_step_threshold_from_one_sweep_predicts_the_blowups_of_another():
     )
     assert p["balanced accuracy"] == pytest.approx((2 / 3 + 1 / 2) / 2)
     assert p["p (Fisher, one-sided)"] == pytest.approx(0.7)  # P(≥ 2 hits | margins 3, 2; 3, 2)
+
+
+def test_an_interrupted_canonical_run_says_how_far_it_got_and_leaves_the_verdict(tmp_path):
+    """The canonical run cut short by a GPU lease: its table gives each run's steps of 9,000, its
+    outcome so far, γ's clip fraction and Adam's step over its last steps and the machine from the
+    records; the line against the study's step 5,090 names how far γ in E4M3 got; and it is complete
+    (and so decides 1.4) only when every run finished."""
+    import json
+
+    from analysis.results import _canonical_block, _canonical_complete, _Doc
+
+    shape = {"train.steps": 9000, "hardware.cuda": "NVIDIA H200", "versions.torch": "2.11.0+cu130"}
+    rows = [
+        _run("e4m3", "mx_ln_e4m3", 1337, final=0.0021, twin=0.0021, status="interrupted", step=5469, **shape),
+        _run(
+            "none",
+            "mx_ln_none",
+            1337,
+            final=0.0022,
+            twin=0.0021,
+            status="interrupted",
+            step=5907,
+            norm_affine="none",
+            **shape,
+        ),  # fmt: skip
+    ]
+    src = _source(tmp_path, "proxy_canonical", rows, "train:\n  steps: 9000\n")
+    (src.path / "gpu_check.json").write_text(
+        json.dumps({"steps": [{"step": "proxy", "message": "incomplete", "numbers": {"backend": "eager"}}]})
+    )
+    src.cur = pd.DataFrame(
+        [
+            {
+                "run": run,
+                "step": t,
+                "loss": 0.002,
+                "twin_loss": 0.002,
+                "clip_ln/a": clip,
+                "clip_ln/b": clip + 0.2,
+                "adam_upd/matrix": 0.12,
+                "twin_adam_upd/matrix": 0.1,
+            }  # fmt: skip
+            for run, last, clip in (("e4m3", 5469, 0.4), ("none", 5907, 0.1))
+            for t in range(10, last + 1, 10)
+        ]
+    )
+    assert not _canonical_complete(src)
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    _canonical_block(doc, src)
+    text = "\n".join(doc.lines)
+    assert "(NVIDIA H200, torch 2.11.0+cu130; quantizer backend eager;" in text
+    assert (
+        "| mx_ln_e4m3 | 5,469 of 9,000 | interrupted | none by step 5,469 | 1 | 0.5 | 0.120 / 0.100 |" in text
+    )
+    assert "| mx_ln_none | 5,907 of 9,000 | interrupted | none by step 5,907 | 1.048 | 0.2 |" in text
+    assert "had no spike or divergence through step 5,469 (past that point), and its last 3,531 steps" in text
+    assert (tmp_path / "docs" / "figures" / "proxy_canonical.png").exists()
+    done = _source(tmp_path / "docs", "proxy_canonical", [{**r, "status": "done"} for r in rows], "")
+    assert _canonical_complete(done)

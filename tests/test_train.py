@@ -105,6 +105,7 @@ def test_lm_loss_falls_and_record_is_complete(tmp_path):
     # what decides fp32 rounding besides the code: records from different CPUs can differ in the bits
     assert summary["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert summary["hardware"]["threads"] == torch.get_num_threads()
+    assert summary["quant_backend"] == quant.get_backend()  # which quantizer code made the bits
     cpuinfo = Path("/proc/cpuinfo")  # two CPUs of one ISA can still round differently: the model too
     if cpuinfo.exists():
         names = [

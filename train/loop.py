@@ -228,4 +228,7 @@ def _summary(ctx: State, wall: float, previous: dict | None) -> dict:
         if hasattr(h, "summary"):
             summary.update(h.summary())
     summary.update(record.environment())
+    # Which quantizer code ran (bit-identical by design, but a GPU run's eager and compiled kernels are
+    # checked separately by benchmarks/gpu_check.py): part of where the record's bits came from.
+    summary["quant_backend"] = quant.get_backend()
     return summary
