@@ -105,6 +105,8 @@ TINY = {
     "proxy_mechanism_d128_adam_state": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     # five precisions from init, one of them fp32 but for γ/β in E4M3: each trains tiny beside its twin
     "proxy_mechanism_d128_step_source": [*TINY_PROXY, "model.width=16", "sweep.seeds=[32]"],
+    # three of those precisions on fresh seeds
+    "proxy_mechanism_d128_step_predict": [*TINY_PROXY, "model.width=16", "sweep.seeds=[56]"],
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
         "model.width=16",
