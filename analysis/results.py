@@ -289,6 +289,16 @@ STEP_PREDICTION = {"proxy_mechanism_d128_step_predict": "proxy_mechanism_d128_st
 """A STEP_SOURCE sweep on fresh seeds → the sweep whose runs fixed the step threshold it tests
 (``proxy.step_threshold``, pooled over every run there): "blows up iff its step > threshold"."""
 
+CLAMP_CONTROL = {
+    "proxy_mechanism_d128_ceil": (
+        "proxy_mechanism_d128_step_source",
+        {"ln_only_ceil": "ln_only", "mx_ln_ceil": "mx_ln_e4m3"},
+    ),
+}
+"""γ's clamp against γ's rounding (conf/experiment/): a sweep with γ in E4M3 under E8M0's ceil rule
+(same grid near 1, nothing saturates) → (the STEP_SOURCE sweep with the floor rule on the same seeds,
+{its precision: the floor precision it is set against seed by seed}), reported under 1.2."""
+
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
 """A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
 variants' parents branched into fp32 at the same step, to tell a γ-clamped prefix from any MX prefix."""
@@ -659,6 +669,7 @@ def proxy_claims(
     pilots: Mapping[str, Source] | None = None,
     controls: Sequence[tuple[Source, Source | None]] = (),
     step_sources: Sequence[tuple[Source, str]] = (),
+    clamp_controls: Sequence[tuple[Source, Source, Mapping[str, str]]] = (),
 ) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
@@ -756,6 +767,9 @@ def proxy_claims(
     for src, reference in step_sources:
         if src.ran:
             _step_source_block(doc, src, reference, trained.get(STEP_PREDICTION.get(src.name, "")))
+    for src, floor, pairs in clamp_controls:
+        if src.ran and floor.ran:
+            _clamp_control_block(doc, src, floor, pairs)
 
     # 1.3 -------------------------------------------------------------------------------------------
     points = mech.branch_at
@@ -1199,6 +1213,86 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
     doc.figure(
         plots.adam_state(src.cur, state), fig.replace(".png", "_adam.png"), f"Adam's state ({src.name})"
     )
+
+
+def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[str, str]) -> None:
+    """γ in E4M3 under E8M0's ceil rule (``src``) against the floor rule (``floor``, same seeds from
+    init): per pair of precisions, the blow-ups of each and the seeds where only one blew up (exact
+    McNemar, one-sided: fewer under ceil), Adam's step over ``proxy.STEP_WINDOW`` (``proxy.step_source``)
+    and in how many seeds the ceil run's is the lower, γ's clip fraction there, and whether the fp32
+    twins (one trajectory per seed) agree to the bit across the two sweeps."""
+    from scipy.stats import binomtest
+
+    ceil, flo = proxy.step_source(src.runs, src.cur), proxy.step_source(floor.runs, floor.cur)
+    if ceil.empty or flo.empty:
+        return
+    lo, hi = proxy.STEP_WINDOW
+    clip = {**_window_clip(src, lo, hi), **_window_clip(floor, lo, hi)}
+    rows, twins = [], []
+    for c_label, f_label in pairs.items():
+        a = ceil[ceil["label"] == c_label].set_index("seed")
+        b = flo[flo["label"] == f_label].set_index("seed")
+        seeds = a.index.intersection(b.index)
+        if not len(seeds):
+            continue
+        a, b = a.loc[seeds], b.loc[seeds]
+        only_floor, only_ceil = (
+            int((b["blew_up"] & ~a["blew_up"]).sum()),
+            int((a["blew_up"] & ~b["blew_up"]).sum()),
+        )
+        n = only_floor + only_ceil
+        both = a["upd"].notna() & b["upd"].notna()
+        twins.append(a["twin_final_val_loss"] == b["twin_final_val_loss"])
+        rows.append(
+            {
+                "ceil rule": c_label,
+                "floor rule": f_label,
+                "seeds": len(seeds),
+                "blew up (ceil / floor)": f"{int(a['blew_up'].sum())} / {int(b['blew_up'].sum())}",
+                "only floor / only ceil": f"{only_floor} / {only_ceil}",
+                "p (McNemar, one-sided)": binomtest(only_floor, n, alternative="greater").pvalue
+                if n
+                else 1.0,
+                f"step RMS {lo}–{hi} (ceil / floor, median)": (
+                    f"{a['upd'].median():.4f} / {b['upd'].median():.4f}"
+                ),
+                "ceil's step lower": f"{int((a['upd'][both] < b['upd'][both]).sum())}/{int(both.sum())}",
+                "LN-γ clip fraction (ceil / floor, median)": f"{_median_clip(clip, a['run']):.3f} / "
+                f"{_median_clip(clip, b['run']):.3f}",
+            }
+        )
+    if not rows:
+        return
+    same = pd.concat(twins)
+    doc.add(
+        f"**γ's clamp or γ's rounding?** (`{src.name}`: `{src.command}`, records `{_rel(src.path)}`, wall "
+        f"time as recorded {src.wall}; the predictions in the preset's header were set before it ran). "
+        "Under E8M0's ceil rule a 32-block of γ with its max in [0.5, 1) is rounded on the same grid near "
+        "1 as under floor, but nothing saturates at 0.875. The same seeds from init against the floor "
+        f"rule's runs of `{floor.name}`, seed by seed (step RMS as above, read over steps {lo}–{hi} before "
+        "each run's onset):",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+        f"The fp32 twins of the two sweeps (same seed, same init, same batches) end at the same val loss to "
+        f"the bit in {int(same.sum())} of {len(same)} pairs.",
+        "",
+    )
+
+
+def _window_clip(src: Source, lo: int, hi: int) -> dict[str, float]:
+    """Each run's LN-γ clip fraction (mean over its LayerNorms) as the median over steps lo–hi."""
+    cur = src.cur
+    cols = [k for k in cur.columns if k.startswith("clip_ln/")] if not cur.empty else []
+    if not cols:
+        return {}
+    w = cur[(cur["step"] >= lo) & (cur["step"] <= hi)]
+    return w.assign(_clip=w[cols].mean(axis=1)).groupby("run")["_clip"].median().to_dict()
+
+
+def _median_clip(clip: Mapping[str, float], runs: pd.Series) -> float:
+    values = [clip[r] for r in runs if r in clip]
+    return float(np.median(values)) if values else float("nan")
 
 
 def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source | None = None) -> None:
@@ -1901,7 +1995,8 @@ def write_results(
     lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
              for n in LATE_SEARCH]  # fmt: skip
     loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
-              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL, *STEP_SOURCE))}  # fmt: skip
+              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL, *STEP_SOURCE,
+                                      *CLAMP_CONTROL))}  # fmt: skip
     edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
     searches = [loaded[n] for n in SEARCH]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
@@ -1931,12 +2026,16 @@ def write_results(
     pilots = {name: loaded[pilot] for name, pilot in PILOT.items()}
     controls = [(loaded[n], loaded.get(r)) for n, r in CONTROL.items()]
     step_sources = [(loaded[n], reference) for n, reference in STEP_SOURCE.items()]
-    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources)
+    clamps = [(loaded[n], loaded[floor], pairs) for n, (floor, pairs) in CLAMP_CONTROL.items()]
+    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources, clamps)
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
-    search_log(doc, [mech, *edges, *searches, *lates, *(s for s, _ in step_sources), canonical])
+    clamp_sweeps = [c for c, _, _ in clamps]
+    search_log(
+        doc, [mech, *edges, *searches, *lates, *(s for s, _ in step_sources), *clamp_sweeps, canonical]
+    )
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out
 

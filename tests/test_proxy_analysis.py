@@ -1171,3 +1171,35 @@ def test_an_interrupted_canonical_run_says_how_far_it_got_and_leaves_the_verdict
     assert (tmp_path / "docs" / "figures" / "proxy_canonical.png").exists()
     done = _source(tmp_path / "docs", "proxy_canonical", [{**r, "status": "done"} for r in rows], "")
     assert _canonical_complete(done)
+
+
+def test_the_clamp_control_sets_ceil_against_floor_seed_by_seed(tmp_path):
+    """γ in E4M3 under the ceil rule against the floor rule on the same seeds: blow-ups of each, the
+    seeds where only one blew up with the one-sided McNemar p, Adam's step before the onset and in how
+    many seeds ceil's is lower, γ's clip fraction over the step window, and the twins compared across
+    the two sweeps."""
+    from analysis.results import _clamp_control_block, _Doc
+
+    def sweep(name, label, blown, upd, clip):
+        rows, cur = [], []
+        for seed in range(6):
+            blew = seed in blown
+            run = f"{label}_s{seed}"
+            rows.append(_run(run, label, seed, final=0.5 if blew else 0.03, twin=0.03 + seed * 1e-3,
+                             spike=300 if blew else None, recovered=False if blew else None))  # fmt: skip
+            curve = _adam_curve(run, onset=300 if blew else None, upd=upd + seed * 1e-3)
+            cur += [{**r, "clip_ln/a": clip, "clip_ln/b": clip} for r in curve]
+        src = _source(tmp_path, name, rows, "")
+        src.cur = pd.DataFrame(cur)
+        return src
+
+    floor = sweep("proxy_mechanism_d128_step_source", "ln_only", {0, 1, 2, 3, 4}, upd=0.07, clip=1.0)
+    ceil = sweep("proxy_mechanism_d128_ceil", "ln_only_ceil", {5}, upd=0.03, clip=0.0)
+    doc = _Doc(tmp_path / "results.md")
+    _clamp_control_block(doc, ceil, floor, {"ln_only_ceil": "ln_only"})
+    text = "\n".join(doc.lines)
+    # 5 seeds blew up under floor only, 1 under ceil only: P(X >= 5 | n = 6, 1/2) = 7/64
+    row = "| ln_only_ceil | ln_only | 6 | 1 / 5 | 5 / 1 | 0.1094 | 0.0325 / 0.0725 | 6/6 | 0.000 / 1.000 |"
+    assert row in text, text
+    assert "the bit in 6 of 6 pairs" in text
+    assert "**γ's clamp or γ's rounding?** (`proxy_mechanism_d128_ceil`" in text
