@@ -294,6 +294,10 @@ CLAMP_CONTROL = {
         "proxy_mechanism_d128_step_source",
         {"ln_only_ceil": "ln_only", "mx_ln_ceil": "mx_ln_e4m3"},
     ),
+    "proxy_mechanism_d128_ceil_fresh": (
+        "proxy_mechanism_d128_step_predict",
+        {"ln_only_ceil": "ln_only", "mx_ln_ceil": "mx_ln_e4m3"},
+    ),
 }
 """γ's clamp against γ's rounding (conf/experiment/): a sweep with γ in E4M3 under E8M0's ceil rule
 (same grid near 1, nothing saturates) → (the STEP_SOURCE sweep with the floor rule on the same seeds,

@@ -108,6 +108,7 @@ TINY = {
     # three of those precisions on fresh seeds
     "proxy_mechanism_d128_step_predict": [*TINY_PROXY, "model.width=16", "sweep.seeds=[56]"],
     "proxy_mechanism_d128_ceil": [*TINY_PROXY, "model.width=16", "sweep.seeds=[32]"],
+    "proxy_mechanism_d128_ceil_fresh": [*TINY_PROXY, "model.width=16", "sweep.seeds=[56]"],
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
         "model.width=16",
@@ -173,6 +174,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_step_source": (70, 0),  # those 14 seeds from init × 5 precisions, no branches
     "proxy_mechanism_d128_step_predict": (48, 0),  # fresh seeds 56–71 × 3 of those precisions
     "proxy_mechanism_d128_ceil": (28, 0),  # step_source's 14 seeds × γ in E4M3 under the ceil rule, ×2
+    "proxy_mechanism_d128_ceil_fresh": (32, 0),  # the same on step_predict's fresh seeds 56–71
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
@@ -237,6 +239,7 @@ VARIANTS = {
     "proxy_mechanism_d128_adam_state": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_step_predict": "proxy_mechanism_d128_step_source",
     "proxy_mechanism_d128_ceil": "proxy_mechanism_d128_step_source",
+    "proxy_mechanism_d128_ceil_fresh": "proxy_mechanism_d128_ceil",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",
