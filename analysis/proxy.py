@@ -386,7 +386,8 @@ def step_source(runs: pd.DataFrame, cur: pd.DataFrame, window: tuple[int, int] =
     (inclusive) that precede its own onset, ``upd_norm`` the same for the norm parameters,
     ``twin_upd`` its fp32 twin's at the same steps, ``upd_vs_twin`` their ratio, ``gv`` the median
     Σg²/Σv̂ of the Linear weights there and ``consistency`` = ``upd``/√``gv`` (each also its twin's,
-    ``twin_*``), ``loss_vs_twin`` its train loss over its twin's there, and the run's
+    ``twin_*``), ``loss_vs_twin`` its train loss over its twin's there, ``clip_ln`` γ's clip fraction there
+    (mean over the LayerNorms, median over the steps), and the run's
     outcome (``blew_up``, ``onset``, ``ratio`` = final val loss / twin's). A run whose onset comes
     before ``window`` starts has no steps to read (NaN): with a fixed window the precisions are
     compared at the same steps of training."""
@@ -413,6 +414,7 @@ def step_source(runs: pd.DataFrame, cur: pd.DataFrame, window: tuple[int, int] =
             "loss_vs_twin": float((read["loss"] / read["twin_loss"]).median())
             if "twin_loss" in read and read["twin_loss"].notna().any()
             else np.nan,
+            "clip_ln": float(_clip_mean(read).median()),
         }
         for key in ("upd", "gv"):  # the twin logs at its own cadence (train.twin_every)
             col = f"twin_adam_{key}/matrix"

@@ -73,6 +73,12 @@ class Source:
         return [float(v) for v in value] if isinstance(value, list) else [float(value)]
 
     @functools.cached_property
+    def steps(self) -> pd.DataFrame:
+        """``analysis.proxy.step_source`` of the records (Adam's step before each run's onset): read by
+        a sweep's own 1.2 block, by the sweeps set against it and by the threshold it fixes."""
+        return proxy.step_source(self.runs, self.cur)
+
+    @functools.cached_property
     def mechanism(self) -> pd.DataFrame:
         """``analysis.proxy.mechanism`` of the records (reads each run's probe.jsonl once)."""
         if self.runs.empty or self.cur.empty:
@@ -913,7 +919,6 @@ def _canonical_block(doc: _Doc, src: Source) -> None:
     for _, r in runs.iterrows():
         c = src.cur[src.cur["run"] == r["run"]] if not src.cur.empty else pd.DataFrame()
         tail = c[c["step"] > c["step"].max() - CANONICAL_TAIL] if not c.empty else c
-        clip = [k for k in tail.columns if k.startswith("clip_ln/")]
         step = proxy._get(r, "step")
         rows.append(
             {
@@ -923,27 +928,27 @@ def _canonical_block(doc: _Doc, src: Source) -> None:
                 "spike / divergence": _outcome(r) if r["finished"] else _so_far(r),
                 "val loss / fp32 twin's": r["ratio"],
                 f"LN-γ clip fraction (last {CANONICAL_TAIL} steps, median)": float(
-                    tail[clip].mean(axis=1).median()
-                )
-                if clip
-                else np.nan,
-                "Adam step RMS run / twin (same steps)": f"{_median_of(tail, 'adam_upd/matrix'):.3f} / "
-                f"{_median_of(tail, 'twin_adam_upd/matrix'):.3f}",
+                    proxy._clip_mean(tail).median()
+                ),
+                "Adam step RMS run / twin (same steps)": f"{proxy._median(tail, 'adam_upd/matrix'):.3f} / "
+                f"{proxy._median(tail, 'twin_adam_upd/matrix'):.3f}",
                 "s per step (with twin)": proxy._get(r, "median_step_time_with_twin"),
             }
         )
     where = runs.iloc[0] if len(runs) else pd.Series(dtype=object)
-    machine = ", ".join(
-        str(v)
-        for v in (proxy._get(where, "hardware.cuda"), f"torch {proxy._get(where, 'versions.torch')}")
-        if isinstance(v, str) and v and "None" not in v and "nan" not in v
-    )
+    gpu, torch_version = proxy._get(where, "hardware.cuda"), proxy._get(where, "versions.torch")
+    machine = ", ".join(v for v in (gpu, torch_version and f"torch {torch_version}") if v)
     check = _gpu_check(src.path)
-    backend = (check.get("proxy") or {}).get("backend") or proxy._get(where, "quant_backend")
+    # records made before they named their quantizer backend: the GPU check that ran them does
+    backend = proxy._get(where, "quant_backend") or (check or {}).get("backend")
     doc.add(
         f"**The canonical run on a GPU** ({machine or 'machine not recorded'}; quantizer backend "
-        f"{backend if isinstance(backend, str) else 'not recorded'}; records `{_rel(src.path)}`"
-        + (", run by `benchmarks/gpu_check.py`, whose result is kept beside them" if check else "")
+        f"{backend or 'not recorded'}; records `{_rel(src.path)}`"
+        + (
+            ", run by `benchmarks/gpu_check.py`, whose result is kept beside them"
+            if check is not None
+            else ""
+        )
         + "). "
         + (
             "Every run finished."
@@ -981,19 +986,15 @@ def _so_far(run: pd.Series) -> str:
     return f"none by step {run['step']:,.0f}" if pd.notna(run.get("step")) else "none recorded"
 
 
-def _median_of(rows: pd.DataFrame, key: str) -> float:
-    return float(rows[key].median()) if key in rows and rows[key].notna().any() else float("nan")
-
-
-def _gpu_check(sweep: Path) -> dict[str, Any]:
-    """What ``benchmarks/gpu_check.py`` wrote beside a sweep it ran (``gpu_check.json``): the proxy
-    step's message and numbers (its quantizer backend), or {}."""
+def _gpu_check(sweep: Path) -> dict[str, Any] | None:
+    """The proxy step's numbers in the ``gpu_check.json`` that ``benchmarks/gpu_check.py`` wrote beside
+    a sweep it ran (its quantizer backend among them); None where there is none."""
     try:
         result = json.loads((sweep / "gpu_check.json").read_text())
     except (OSError, ValueError):
-        return {}
+        return None
     step = next((s for s in result.get("steps", []) if s.get("step") == "proxy"), {})
-    return {"message": step.get("message"), "proxy": step.get("numbers") or {}}
+    return step.get("numbers") or {}
 
 
 @dataclass
@@ -1227,11 +1228,10 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
     twins (one trajectory per seed) agree to the bit across the two sweeps."""
     from scipy.stats import binomtest
 
-    ceil, flo = proxy.step_source(src.runs, src.cur), proxy.step_source(floor.runs, floor.cur)
+    ceil, flo = src.steps, floor.steps
     if ceil.empty or flo.empty:
         return
     lo, hi = proxy.STEP_WINDOW
-    clip = {**_window_clip(src, lo, hi), **_window_clip(floor, lo, hi)}
     rows, twins = [], []
     for c_label, f_label in pairs.items():
         a = ceil[ceil["label"] == c_label].set_index("seed")
@@ -1261,8 +1261,9 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
                     f"{a['upd'].median():.4f} / {b['upd'].median():.4f}"
                 ),
                 "ceil's step lower": f"{int((a['upd'][both] < b['upd'][both]).sum())}/{int(both.sum())}",
-                "LN-γ clip fraction (ceil / floor, median)": f"{_median_clip(clip, a['run']):.3f} / "
-                f"{_median_clip(clip, b['run']):.3f}",
+                "LN-γ clip fraction (ceil / floor, median)": (
+                    f"{a['clip_ln'].median():.3f} / {b['clip_ln'].median():.3f}"
+                ),
             }
         )
     if not rows:
@@ -1284,21 +1285,6 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
     )
 
 
-def _window_clip(src: Source, lo: int, hi: int) -> dict[str, float]:
-    """Each run's LN-γ clip fraction (mean over its LayerNorms) as the median over steps lo–hi."""
-    cur = src.cur
-    cols = [k for k in cur.columns if k.startswith("clip_ln/")] if not cur.empty else []
-    if not cols:
-        return {}
-    w = cur[(cur["step"] >= lo) & (cur["step"] <= hi)]
-    return w.assign(_clip=w[cols].mean(axis=1)).groupby("run")["_clip"].median().to_dict()
-
-
-def _median_clip(clip: Mapping[str, float], runs: pd.Series) -> float:
-    values = [clip[r] for r in runs if r in clip]
-    return float(np.median(values)) if values else float("nan")
-
-
 def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source | None = None) -> None:
     """Adam's normalized step per precision on the same seeds from init (``proxy.step_source``), each
     precision against ``reference`` of the same seed and against its own fp32 twin; whether the runs
@@ -1309,7 +1295,7 @@ def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source |
 
     from analysis import plots
 
-    source = proxy.step_source(src.runs, src.cur)
+    source = src.steps
     if source.empty:
         return
     lo, hi = proxy.STEP_WINDOW
@@ -1372,7 +1358,7 @@ def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source |
             "",
         )
     if trained is not None and trained.ran:
-        threshold = proxy.step_threshold(proxy.step_source(trained.runs, trained.cur))
+        threshold = proxy.step_threshold(trained.steps)
         if not math.isnan(threshold):
             p = proxy.step_prediction(source, threshold)
             doc.add(

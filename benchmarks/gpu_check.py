@@ -434,14 +434,12 @@ def markdown(result: dict) -> str:
 
 def write_outputs(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("gpu_check.json", json.dumps(clean(result), indent=1) + "\n"),
-        ("gpu_check.md", markdown(result)),
-    ):
-        atomic_write(out / name, text)
+    data = json.dumps(clean(result), indent=1) + "\n"
+    atomic_write(out / "gpu_check.json", data)
+    atomic_write(out / "gpu_check.md", markdown(result))
     sweep = out / PROXY_SWEEP
     if sweep.is_dir():  # the canonical run's records say which GPU, torch and quantizer made them
-        atomic_write(sweep / "gpu_check.json", json.dumps(clean(result), indent=1) + "\n")
+        atomic_write(sweep / "gpu_check.json", data)
 
 
 # ---------------------------------------------------------------------------------------------
