@@ -120,10 +120,21 @@ def _pow2_scale(amax: torch.Tensor, elem: ElemFormat, spec: QuantSpec) -> torch.
 
 
 def _div(a: torch.Tensor, c: float) -> torch.Tensor:
-    """a / c correctly rounded on every device. CUDA divides a tensor by a Python (CPU) scalar as
-    a · fl(1/c), which is off by an ulp wherever 1/c is inexact (1/448, 1/6): a float scale would
-    differ from the CPU's in about half the blocks. A device tensor divisor takes the IEEE division."""
-    return a / torch.full((), c, dtype=a.dtype, device=a.device)
+    """a / c correctly rounded to fp32 (one IEEE fp32 division), on every device and backend.
+
+    The CPU divides a tensor by a constant exactly; nothing else here does. CUDA divides a tensor by a Python
+    scalar as a · fl(1/c), and Inductor lowers any division by a compile-time constant (the spec's
+    max_elem is one) to the same multiply on every device but the CPU. In fp32 that is an ulp off
+    wherever 1/c is inexact (1/6, 1/448): the float scales of the compiled quantizer differed from
+    eager's in 5 of 32 cases on an H200 (2026-12-04). So the division happens in fp64 and is rounded
+    once to fp32, and whichever of the two forms a backend picks gives the fp32 quotient exactly:
+    for c = m · 2**k ≥ 1 (m odd), q = a/c is either an exact fp32 midpoint (only when m = 1: then
+    every form is exact) or at least 2**-25/m from every midpoint, relatively (a midpoint has 25
+    significant bits; q − M is a multiple of min(ulp(a), ulp(q) · 2**k) over 2c). fp64's a / c and
+    a · fl(1/c) are within 2**-52 of q, relatively: the same side of every midpoint for m < 2**27,
+    hence the same fp32 rounding. Every max_elem and max_elem · max_scale of the format table
+    qualifies; tests/quant/test_mx.py checks each over every fp32 mantissa of three binades."""
+    return (a.double() / c).to(a.dtype)
 
 
 def _block_scales(amax: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
