@@ -830,8 +830,8 @@ def proxy_claims(
         "steps, as the study ran it; a GPU preset, `experiment=proxy_canonical`) has records and some run "
         "shows one, not reproduced when all its runs finish without one; partially when only a CPU "
         "setting does (a canonical run cut short before its end, as by a GPU lease, leaves the verdict to "
-        "the CPU search). Here: the search for a CPU setting with a late blow-up; every configuration tried "
-        "is in the search log below."
+        "the CPU search). Below: the canonical run, and the search for a CPU setting with a late blow-up; "
+        "every configuration tried is in the search log at the end."
     )
     ran = [s for s in lates if s.ran]
     # Every sweep of the search can hold a late blow-up, the re-runs of 1.1 included.
@@ -846,7 +846,12 @@ def proxy_claims(
         verdict = REPRODUCED if canon_hit else NOT
     else:
         verdict = PARTIAL if late_hits else (NOT if rows else NOT_RUN)
-    doc.claim(title, verdict, rule, ran[0] if ran else mech)
+    doc.claim(
+        title,
+        verdict,
+        rule,
+        canonical if canon_hit or _canonical_complete(canonical) else ran[0] if ran else mech,
+    )
     if len(ran) > 1:
         doc.add(
             "The search's other sweeps (each a preset; wall times as recorded, on shared cores):",
@@ -970,6 +975,24 @@ def _canonical_block(doc: _Doc, src: Source) -> None:
             f"no spike or divergence through step {reached:,}"
             + (" (past that point)" if reached > STUDY_DIVERGENCE else "")
             + f", and its last {steps - reached:,} steps were not run.",
+            "",
+        )
+    if _canonical_complete(src):
+        steps = int(proxy._get(runs.iloc[0], "train.steps"))
+        outcomes = []
+        for _, r in runs.sort_values("label").iterrows():
+            curve = src.cur[src.cur["run"] == r["run"]] if not src.cur.empty else pd.DataFrame()
+            at = proxy.onset(curve, r.get("spike_step")) if not curve.empty else r.get("spike_step")
+            what = f"{r['label']} (γ/β {r['norm_affine']}) "
+            if r["blew_up"]:
+                what += "blew up" + (f" at step {at:,.0f}" if at is not None and pd.notna(at) else "")
+                outcomes.append(what + f" and ended at {r['ratio']:.3g}× its twin's val loss")
+            else:
+                outcomes.append(what + f"did not blow up (ended at {r['ratio']:.3g}× its twin's)")
+        doc.add(
+            f"The study's MX run diverged near step {STUDY_DIVERGENCE:,} of {steps:,}; here "
+            + "; ".join(outcomes)
+            + ".",
             "",
         )
     if not src.cur.empty:
@@ -1572,14 +1595,14 @@ def _late_blowups(src: Source) -> list[dict[str, Any]]:
     lrs = by_run["train.lr"] if "train.lr" in by_run else pd.Series(np.nan, index=by_run.index)
     out = []
     for run, row in zip(m["run"], m.drop(columns=["run"]).to_dict("records"), strict=True):
-        quantized = by_run.at[run, "norm_affine"] != "none"
+        quantized = by_run.at[run, "norm_affine"] != "none"  # in E4M3, or rounded to bf16
         lr = lrs.get(run)
         out.append(
             {
                 "sweep": src.name,
                 **row,
                 "lr": lr,  # an LR-axis sweep has several
-                "γ in E4M3": quantized,
+                "γ in E4M3": by_run.at[run, "norm_affine"] == "fp8_e4m3",
                 "twin stable": by_run.at[run, "twin_stable"] == 1.0,
                 # a γ-unquantized run is the control itself
                 "γ unquantized (same seed)": _control_outcome(r, by_run.at[run, "seed"], lr)

@@ -1173,6 +1173,45 @@ def test_an_interrupted_canonical_run_says_how_far_it_got_and_leaves_the_verdict
     assert _canonical_complete(done)
 
 
+def test_a_finished_canonical_run_decides_late_blowups_by_gamma_format(tmp_path):
+    """The canonical run finished: its γ-in-E4M3 run blew up after half of its steps, so it is a late
+    blow-up 1.4 counts; the γ-in-bf16 run blew up late too but is not "γ in E4M3" (a defect: every
+    quantized γ was labelled E4M3); the block names each run's outcome against the study's step."""
+    from analysis.results import _canonical_block, _canonical_complete, _Doc, _late_blowups
+
+    shape = {"train.steps": 9000, "status": "done", "step": 9000}
+    rows = [
+        _run("e4m3", "mx_ln_e4m3", 1337, final=0.077, twin=0.0022, spike=7843, recovered=False, **shape),
+        _run("bf16", "mx_ln_bf16", 1337, final=0.015, twin=0.0022, spike=7043, recovered=False,
+             norm_affine="bf16", **shape),
+        _run("none", "mx_ln_none", 1337, final=0.0022, twin=0.0022, norm_affine="none", **shape),
+    ]  # fmt: skip
+    src = _source(tmp_path, "proxy_canonical", rows, "train:\n  steps: 9000\n")
+    jumps = {"e4m3": 7850, "bf16": 7050, "none": 10**9}
+    src.cur = pd.DataFrame(
+        [
+            {"run": run, "step": t, "loss": 0.002 if t < at else 0.2, "twin_loss": 0.002, "clip_ln/a": 0.1,
+             "twin_cos": 0.5}
+            for run, at in jumps.items()
+            for t in range(50, 9001, 50)
+        ]
+    )  # fmt: skip
+    assert _canonical_complete(src)
+    late = {r["label"]: r for r in _late_blowups(src)}
+    assert set(late) == {"mx_ln_e4m3", "mx_ln_bf16"}
+    assert late["mx_ln_e4m3"]["γ in E4M3"] and not late["mx_ln_bf16"]["γ in E4M3"]
+    assert late["mx_ln_bf16"]["γ unquantized (same seed)"] == "stable"
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    _canonical_block(doc, src)
+    text = "\n".join(doc.lines)
+    assert "Every run finished." in text
+    assert (
+        "diverged near step 5,090 of 9,000; here mx_ln_bf16 (γ/β bf16) blew up at step 7,050 and ended at "
+        "6.82× its twin's val loss; mx_ln_e4m3 (γ/β fp8_e4m3) blew up at step 7,850 and ended at 35× its "
+        "twin's val loss; mx_ln_none (γ/β none) did not blow up (ended at 1× its twin's)." in text
+    )
+
+
 def test_the_clamp_control_sets_ceil_against_floor_seed_by_seed(tmp_path):
     """γ in E4M3 under the ceil rule against the floor rule on the same seeds: blow-ups of each, the
     seeds where only one blew up with the one-sided McNemar p, Adam's step before the onset and in how
