@@ -109,6 +109,7 @@ TINY = {
     "proxy_mechanism_d128_step_predict": [*TINY_PROXY, "model.width=16", "sweep.seeds=[56]"],
     "proxy_mechanism_d128_ceil": [*TINY_PROXY, "model.width=16", "sweep.seeds=[32]"],
     "proxy_mechanism_d128_ceil_fresh": [*TINY_PROXY, "model.width=16", "sweep.seeds=[56]"],
+    "proxy_mechanism_d128_bf16": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
         "model.width=16",
@@ -124,6 +125,8 @@ TINY = {
         "sweep.branch_step=2",
     ],  # fmt: skip
     "proxy_canonical": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
+    "proxy_canonical_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "train.device=cpu"],
+    "proxy_canonical_interventions": [*TINY_BRANCHED, "train.device=cpu"],
     "proxy_released_search": [*TINY_PROXY, "model.width=16"],
     "proxy_beta95_search": [*TINY_PROXY, "model.width=16"],
     "proxy_released": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
@@ -146,6 +149,8 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_interventions": (2, 8),
     "proxy_mechanism": (16, 0),  # branches are planned from the parents' records (sweep.branch_at)
     "proxy_canonical": (3, 0),
+    "proxy_canonical_interventions": (3, 0),  # branches are planned from the parents' records
+    "proxy_canonical_seeds": (3, 0),  # γ in E4M3 on seeds 1338–1340, each beside its fp32 twin
     "proxy_late_search": (2, 0),  # × the norm-LR multipliers of hydra.sweeper.params
     "proxy_late_drift": (4, 0),
     "proxy_late_lr": (4, 0),
@@ -175,6 +180,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_step_predict": (48, 0),  # fresh seeds 56–71 × 3 of those precisions
     "proxy_mechanism_d128_ceil": (28, 0),  # step_source's 14 seeds × γ in E4M3 under the ceil rule, ×2
     "proxy_mechanism_d128_ceil_fresh": (32, 0),  # the same on step_predict's fresh seeds 56–71
+    "proxy_mechanism_d128_bf16": (16, 0),  # γ/β in bf16 on proxy_mechanism_d128's seeds, no branches
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
     "proxy_released_search": (4, 0),  # × the 5 LRs of hydra.sweeper.params
@@ -240,6 +246,9 @@ VARIANTS = {
     "proxy_mechanism_d128_step_predict": "proxy_mechanism_d128_step_source",
     "proxy_mechanism_d128_ceil": "proxy_mechanism_d128_step_source",
     "proxy_mechanism_d128_ceil_fresh": "proxy_mechanism_d128_ceil",
+    "proxy_mechanism_d128_bf16": "proxy_mechanism_d128",
+    "proxy_canonical_seeds": "proxy_canonical",
+    "proxy_canonical_interventions": "proxy_canonical",
     "proxy_mechanism_d128_step20": "proxy_mechanism_d128_early",
     "proxy_mechanism_d128_control": "proxy_mechanism_d128_step20",
     "proxy_released_search": "proxy_mechanism",
