@@ -280,6 +280,7 @@ RERUN_BRANCHES = (
     "proxy_mechanism_adam_branch",
     "proxy_mechanism_d128_adam_state",
     "proxy_released",
+    "proxy_canonical_interventions",
 )
 """Re-runs with interventions (conf/experiment/), reported beside 1.3: at other branch points."""
 
@@ -308,6 +309,11 @@ CLAMP_CONTROL = {
 """γ's clamp against γ's rounding (conf/experiment/): a sweep with γ in E4M3 under E8M0's ceil rule
 (same grid near 1, nothing saturates) → (the STEP_SOURCE sweep with the floor rule on the same seeds,
 {its precision: the floor precision it is set against seed by seed}), reported under 1.2."""
+
+GAMMA_FORMAT = {"proxy_mechanism_d128_bf16": ("proxy_mechanism_d128", {"mx_ln_bf16": "mx_ln_e4m3"})}
+"""γ rounded without a block scale (conf/experiment/): a sweep with γ/β in bf16 (no 0.875 clamp) → (the
+sweep with γ/β in E4M3 on the same seeds from init, {its precision: the E4M3 precision it is set against
+seed by seed}), reported under 1.2 beside the clamp controls."""
 
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
 """A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
@@ -680,6 +686,8 @@ def proxy_claims(
     controls: Sequence[tuple[Source, Source | None]] = (),
     step_sources: Sequence[tuple[Source, str]] = (),
     clamp_controls: Sequence[tuple[Source, Source, Mapping[str, str]]] = (),
+    gamma_formats: Sequence[tuple[Source, Source, Mapping[str, str]]] = (),
+    canonical_seeds: Source | None = None,
 ) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
@@ -780,6 +788,11 @@ def proxy_claims(
     for src, floor, pairs in clamp_controls:
         if src.ran and floor.ran:
             _clamp_control_block(doc, src, floor, pairs)
+    for src, base, pairs in gamma_formats:
+        if src.ran and base.ran:
+            _gamma_format_block(doc, src, base, pairs)
+        elif not src.ran:
+            doc.add(f"Not run yet: `{src.command}` (γ/β rounded to bf16, no clamp).", "")
 
     # 1.3 -------------------------------------------------------------------------------------------
     points = mech.branch_at
@@ -835,13 +848,13 @@ def proxy_claims(
     )
     ran = [s for s in lates if s.ran]
     # Every sweep of the search can hold a late blow-up, the re-runs of 1.1 included.
-    searched = [s for s in (mech, *edges, *ran, canonical) if s.ran]
+    searched = [s for s in (mech, *edges, *ran, canonical, canonical_seeds) if s is not None and s.ran]
     rows = _search_rows(searched)
     late_rows = [row for src in searched for row in _late_blowups(src)]
     late_hits = [r for r in late_rows if r["γ in E4M3"] and r["twin stable"]]
     # The canonical run decides only where it shows a late blow-up or ran all its steps; an interrupted
     # one (a GPU lease ran out) leaves the verdict to the CPU search.
-    canon_hit = any(r["sweep"] == canonical.name for r in late_hits)
+    canon_hit = any(r["sweep"] in (canonical.name, f"{canonical.name}_seeds") for r in late_hits)
     if canon_hit or _canonical_complete(canonical):
         verdict = REPRODUCED if canon_hit else NOT
     else:
@@ -894,6 +907,15 @@ def proxy_claims(
             doc.add(line, "")
     if canonical.ran:
         _canonical_block(doc, canonical)
+        if canonical_seeds is not None and canonical_seeds.ran:
+            doc.add(f"**The canonical run on three more seeds** (`{canonical_seeds.command}`):", "")
+            _canonical_block(doc, canonical_seeds, figure=f"{canonical_seeds.name}.png")
+        elif canonical_seeds is not None:
+            doc.add(
+                f"Not run yet (a GPU preset, about 9 minutes on one H200 with 3 runs at once): "
+                f"`{canonical_seeds.command}`: does the late blow-up show on seeds other than 1337?",
+                "",
+            )
     else:
         doc.add(
             "The canonical run was not run here (no GPU): `python launch.py -m experiment=proxy_canonical`.",
@@ -913,7 +935,7 @@ CANONICAL_TAIL = 500
 """Steps at the end of each canonical run that its table summarizes (clip fraction, Adam's step)."""
 
 
-def _canonical_block(doc: _Doc, src: Source) -> None:
+def _canonical_block(doc: _Doc, src: Source, figure: str = "proxy_canonical.png") -> None:
     """The canonical run's records: where each run got to (a GPU lease can end it early), its outcome
     against its fp32 twin, γ's clip fraction and Adam's normalized step over its last steps, its step
     time and the machine it ran on; the mechanism figure."""
@@ -996,9 +1018,7 @@ def _canonical_block(doc: _Doc, src: Source) -> None:
             "",
         )
     if not src.cur.empty:
-        doc.figure(
-            plots.proxy_mechanism(src.cur, runs), "proxy_canonical.png", "the canonical run vs its fp32 twin"
-        )
+        doc.figure(plots.proxy_mechanism(src.cur, runs), figure, "the canonical run vs its fp32 twin")
 
 
 def _so_far(run: pd.Series) -> str:
@@ -1304,6 +1324,61 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
         "",
         f"The fp32 twins of the two sweeps (same seed, same init, same batches) end at the same val loss to "
         f"the bit in {int(same.sum())} of {len(same)} pairs.",
+        "",
+    )
+
+
+def _gamma_format_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, str]) -> None:
+    """γ/β rounded to bf16 (``src``: no block scale, so no clamp) against γ/β in E4M3 (``base``, same
+    seeds from init): per pair, the blow-ups of each, the seeds where only one blew up (exact McNemar,
+    one-sided: fewer in bf16), the base sweep's γ-unquantized runs on those seeds, and whether the fp32
+    twins (one trajectory per seed) agree to the bit across the two sweeps."""
+    from scipy.stats import binomtest
+
+    here, there = src.runs, base.runs
+    if here.empty or there.empty:
+        return
+    here, there = here[here["parent"].isna()], there[there["parent"].isna()]
+    rows, twins = [], []
+    for label, base_label in pairs.items():
+        a = here[here["label"] == label].set_index("seed")
+        b = there[there["label"] == base_label].set_index("seed")
+        none = there[there["norm_affine"].eq("none")].set_index("seed")
+        seeds = a.index.intersection(b.index)
+        if not len(seeds):
+            continue
+        a, b = a.loc[seeds], b.loc[seeds]
+        only_base, only_here = (
+            int((b["blew_up"] & ~a["blew_up"]).sum()),
+            int((a["blew_up"] & ~b["blew_up"]).sum()),
+        )
+        n = only_base + only_here
+        twins.append(a["twin_final_val_loss"] == b["twin_final_val_loss"])
+        c = none.loc[none.index.intersection(seeds)]
+        rows.append(
+            {
+                "γ/β": f"{label} ({a['norm_affine'].iloc[0]})",
+                "against": f"{base_label} ({b['norm_affine'].iloc[0]})",
+                "seeds": len(seeds),
+                "blew up (here / there)": f"{int(a['blew_up'].sum())} / {int(b['blew_up'].sum())}",
+                "γ unquantized blew up (there)": f"{int(c['blew_up'].sum())} / {len(c)}",
+                "only there / only here": f"{only_base} / {only_here}",
+                "p (McNemar, one-sided)": binomtest(only_base, n, alternative="greater").pvalue if n else 1.0,
+                "final / twin (here, median)": float(a["ratio"].median()),
+            }
+        )
+    if not rows:
+        return
+    same = pd.concat(twins)
+    doc.add(
+        f"**γ rounded to bf16: no block scale, no clamp** (`{src.name}`: `{src.command}`, records "
+        f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
+        f"set before it ran). The same seeds from init against `{base.name}`, seed by seed:",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+        f"The fp32 twins of the two sweeps end at the same val loss to the bit in {int(same.sum())} of "
+        f"{len(same)} pairs.",
         "",
     )
 
@@ -2009,16 +2084,19 @@ def write_results(
              for n in LATE_SEARCH]  # fmt: skip
     loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
               for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL, *STEP_SOURCE,
-                                      *CLAMP_CONTROL))}  # fmt: skip
+                                      *CLAMP_CONTROL, *GAMMA_FORMAT))}  # fmt: skip
     edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
     searches = [loaded[n] for n in SEARCH]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
                       sweeps / "proxy_canonical", archives, with_curves=True)  # fmt: skip
+    canonical_seeds = _load("proxy_canonical_seeds", "python launch.py -m experiment=proxy_canonical_seeds "
+                            "hydra/launcher=pool hydra.launcher.n_jobs=3", sweeps / "proxy_canonical_seeds",
+                            archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
-    for src in (mech, *loaded.values(), *lates, canonical, lm, bs):
+    for src in (mech, *loaded.values(), *lates, canonical, canonical_seeds, lm, bs):
         if src.ran and not src.restored:
             archive.pack(src.path, archives, src.name)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -2040,15 +2118,21 @@ def write_results(
     controls = [(loaded[n], loaded.get(r)) for n, r in CONTROL.items()]
     step_sources = [(loaded[n], reference) for n, reference in STEP_SOURCE.items()]
     clamps = [(loaded[n], loaded[floor], pairs) for n, (floor, pairs) in CLAMP_CONTROL.items()]
-    proxy_claims(doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources, clamps)
+    formats = [(loaded[n], loaded[base], pairs) for n, (base, pairs) in GAMMA_FORMAT.items()]
+    proxy_claims(
+        doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources, clamps, formats,
+        canonical_seeds,
+    )  # fmt: skip
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
     clamp_sweeps = [c for c, _, _ in clamps]
     search_log(
-        doc, [mech, *edges, *searches, *lates, *(s for s, _ in step_sources), *clamp_sweeps, canonical]
-    )
+        doc,
+        [mech, *edges, *searches, *lates, *(s for s, _ in step_sources), *clamp_sweeps,
+         *(s for s, _, _ in formats), canonical, canonical_seeds],
+    )  # fmt: skip
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out
 

@@ -1212,6 +1212,35 @@ def test_a_finished_canonical_run_decides_late_blowups_by_gamma_format(tmp_path)
     )
 
 
+def test_gamma_in_bf16_is_set_against_gamma_in_e4m3_seed_by_seed(tmp_path):
+    """γ/β rounded to bf16 against γ/β in E4M3 on the same seeds: the blow-ups of each, the seeds where
+    only one blew up with the one-sided McNemar p, the base sweep's γ-unquantized runs on those seeds,
+    and the fp32 twins compared across the two sweeps."""
+    from analysis.results import _Doc, _gamma_format_block
+
+    base_rows, rows = [], []
+    for seed in range(6):
+        e4m3_blew = seed < 4  # seeds 0–3 blew up with γ in E4M3; only seed 0 also in bf16
+        base_rows += [
+            _run(f"e_s{seed}", "mx_ln_e4m3", seed, final=0.5 if e4m3_blew else 0.03, twin=0.03,
+                 spike=300 if e4m3_blew else None, recovered=False if e4m3_blew else None),
+            _run(f"n_s{seed}", "mx_ln_none", seed, final=0.03, twin=0.03, norm_affine="none"),
+        ]  # fmt: skip
+        rows.append(
+            _run(f"b_s{seed}", "mx_ln_bf16", seed, final=0.5 if seed == 0 else 0.03,
+                 twin=0.03 if seed else 0.031, norm_affine="bf16", spike=300 if seed == 0 else None,
+                 recovered=False if seed == 0 else None)
+        )  # fmt: skip
+    base = _source(tmp_path, "proxy_mechanism_d128", base_rows, "")
+    src = _source(tmp_path, "proxy_mechanism_d128_bf16", rows, "")
+    doc = _Doc(tmp_path / "results.md")
+    _gamma_format_block(doc, src, base, {"mx_ln_bf16": "mx_ln_e4m3"})
+    text = "\n".join(doc.lines)
+    # 3 seeds blew up only in E4M3, none only in bf16: p = 1/8
+    assert "| mx_ln_bf16 (bf16) | mx_ln_e4m3 (fp8_e4m3) | 6 | 1 / 4 | 0 / 6 | 3 / 0 | 0.125 | 1 |" in text
+    assert "to the bit in 5 of 6 pairs" in text  # seed 0's twins differ
+
+
 def test_the_clamp_control_sets_ceil_against_floor_seed_by_seed(tmp_path):
     """γ in E4M3 under the ceil rule against the floor rule on the same seeds: blow-ups of each, the
     seeds where only one blew up with the one-sided McNemar p, Adam's step before the onset and in how
