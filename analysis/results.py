@@ -310,10 +310,14 @@ CLAMP_CONTROL = {
 (same grid near 1, nothing saturates) → (the STEP_SOURCE sweep with the floor rule on the same seeds,
 {its precision: the floor precision it is set against seed by seed}), reported under 1.2."""
 
-GAMMA_FORMAT = {"proxy_mechanism_d128_bf16": ("proxy_mechanism_d128", {"mx_ln_bf16": "mx_ln_e4m3"})}
-"""γ rounded without a block scale (conf/experiment/): a sweep with γ/β in bf16 (no 0.875 clamp) → (the
-sweep with γ/β in E4M3 on the same seeds from init, {its precision: the E4M3 precision it is set against
-seed by seed}), reported under 1.2 beside the clamp controls."""
+GAMMA_FORMAT = (
+    ("proxy_mechanism_d128_bf16", "proxy_mechanism_d128", {"mx_ln_bf16": "mx_ln_e4m3"}),
+    ("proxy_mechanism_d128_bf16", "proxy_mechanism_d128_rerun", {"mx_ln_bf16": "mx_ln_e4m3"}),
+)
+"""γ rounded without a block scale (conf/experiment/): (a sweep with γ/β in bf16, no 0.875 clamp; a
+sweep with γ/β in E4M3 on the same seeds from init; {its precision: the E4M3 precision it is set against
+seed by seed}), reported under 1.2 beside the clamp controls. proxy_mechanism_d128 ran on another
+machine (its twins differ from these in every seed); its rerun here is the same-machine pair."""
 
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
 """A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
@@ -791,8 +795,9 @@ def proxy_claims(
     for src, base, pairs in gamma_formats:
         if src.ran and base.ran:
             _gamma_format_block(doc, src, base, pairs)
-        elif not src.ran:
-            doc.add(f"Not run yet: `{src.command}` (γ/β rounded to bf16, no clamp).", "")
+        else:
+            missing = src if not src.ran else base
+            doc.add(f"Not run yet: `{missing.command}` (γ/β in bf16 against γ/β in E4M3).", "")
 
     # 1.3 -------------------------------------------------------------------------------------------
     points = mech.branch_at
@@ -1354,14 +1359,14 @@ def _gamma_format_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str
         )
         n = only_base + only_here
         twins.append(a["twin_final_val_loss"] == b["twin_final_val_loss"])
-        c = none.loc[none.index.intersection(seeds)]
+        c = none.loc[none.index.intersection(seeds)]  # the base sweep's γ-unquantized runs, if any
         rows.append(
             {
                 "γ/β": f"{label} ({a['norm_affine'].iloc[0]})",
                 "against": f"{base_label} ({b['norm_affine'].iloc[0]})",
                 "seeds": len(seeds),
                 "blew up (here / there)": f"{int(a['blew_up'].sum())} / {int(b['blew_up'].sum())}",
-                "γ unquantized blew up (there)": f"{int(c['blew_up'].sum())} / {len(c)}",
+                "γ unquantized blew up (there)": f"{int(c['blew_up'].sum())} / {len(c)}" if len(c) else "–",
                 "only there / only here": f"{only_base} / {only_here}",
                 "p (McNemar, one-sided)": binomtest(only_base, n, alternative="greater").pvalue if n else 1.0,
                 "final / twin (here, median)": float(a["ratio"].median()),
@@ -1378,7 +1383,13 @@ def _gamma_format_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str
         md_table(pd.DataFrame(rows)),
         "",
         f"The fp32 twins of the two sweeps end at the same val loss to the bit in {int(same.sum())} of "
-        f"{len(same)} pairs.",
+        f"{len(same)} pairs"
+        + (
+            "."
+            if same.all()
+            else ": where they differ, the sweeps took different float paths (another machine or library), "
+            "so the pairs share seed, init and batches but not the trajectory."
+        ),
         "",
     )
 
@@ -2083,8 +2094,8 @@ def write_results(
     lates = [_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
              for n in LATE_SEARCH]  # fmt: skip
     loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
-              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL, *STEP_SOURCE,
-                                      *CLAMP_CONTROL, *GAMMA_FORMAT))}  # fmt: skip
+              for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL, *STEP_SOURCE, *CLAMP_CONTROL,
+                                      *(m for g in GAMMA_FORMAT for m in g[:2])))}  # fmt: skip
     edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
     searches = [loaded[n] for n in SEARCH]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
@@ -2118,7 +2129,7 @@ def write_results(
     controls = [(loaded[n], loaded.get(r)) for n, r in CONTROL.items()]
     step_sources = [(loaded[n], reference) for n, reference in STEP_SOURCE.items()]
     clamps = [(loaded[n], loaded[floor], pairs) for n, (floor, pairs) in CLAMP_CONTROL.items()]
-    formats = [(loaded[n], loaded[base], pairs) for n, (base, pairs) in GAMMA_FORMAT.items()]
+    formats = [(loaded[n], loaded[base], pairs) for n, base, pairs in GAMMA_FORMAT]
     proxy_claims(
         doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources, clamps, formats,
         canonical_seeds,
@@ -2131,7 +2142,8 @@ def write_results(
     search_log(
         doc,
         [mech, *edges, *searches, *lates, *(s for s, _ in step_sources), *clamp_sweeps,
-         *(s for s, _, _ in formats), canonical, canonical_seeds],
+         *{id(s): s for f in formats for s in f[:2] if all(s is not e for e in edges)}.values(), canonical,
+         canonical_seeds],
     )  # fmt: skip
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out
