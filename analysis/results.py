@@ -1008,8 +1008,9 @@ def _canonical_block(doc: _Doc, src: Source, figure: str = "proxy_canonical.png"
         steps = int(proxy._get(runs.iloc[0], "train.steps"))
         outcomes = []
         for _, r in runs.sort_values("label").iterrows():
-            curve = src.cur[src.cur["run"] == r["run"]] if not src.cur.empty else pd.DataFrame()
-            at = proxy.onset(curve, r.get("spike_step")) if not curve.empty else r.get("spike_step")
+            # the recorded first spike (the trainer's detector, on a smoothed loss): proxy.onset's first
+            # jump can be a one-step transient long before (γ in bf16 had one at step 240)
+            at = r.get("spike_step") if pd.notna(r.get("spike_step")) else r.get("diverged_step")
             what = f"{r['label']} (γ/β {r['norm_affine']}) "
             if r["blew_up"]:
                 what += "blew up" + (f" at step {at:,.0f}" if at is not None and pd.notna(at) else "")
