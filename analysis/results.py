@@ -1269,13 +1269,42 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
     )
 
 
+@dataclass
+class _Paired:
+    """One precision of one sweep against one of another on their shared seeds (from init): each side's
+    rows by seed, the seeds that blew up only on each side, the exact one-sided McNemar p that fewer
+    blew up on side ``a``, and per seed whether the fp32 twins ended at the same val loss to the bit."""
+
+    a: pd.DataFrame
+    b: pd.DataFrame
+    only_b: int
+    only_a: int
+    p: float
+    twins_equal: pd.Series
+
+
+def _paired(a_rows: pd.DataFrame, a_label: str, b_rows: pd.DataFrame, b_label: str) -> _Paired | None:
+    """``_Paired`` of ``a_label``'s rows against ``b_label``'s; None where they share no seed."""
+    from scipy.stats import binomtest
+
+    a = a_rows[a_rows["label"] == a_label].set_index("seed")
+    b = b_rows[b_rows["label"] == b_label].set_index("seed")
+    seeds = a.index.intersection(b.index)
+    if not len(seeds):
+        return None
+    a, b = a.loc[seeds], b.loc[seeds]
+    only_b, only_a = int((b["blew_up"] & ~a["blew_up"]).sum()), int((a["blew_up"] & ~b["blew_up"]).sum())
+    n = only_a + only_b
+    p = binomtest(only_b, n, alternative="greater").pvalue if n else 1.0
+    return _Paired(a, b, only_b, only_a, p, a["twin_final_val_loss"] == b["twin_final_val_loss"])
+
+
 def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[str, str]) -> None:
     """γ in E4M3 under E8M0's ceil rule (``src``) against the floor rule (``floor``, same seeds from
     init): per pair of precisions, the blow-ups of each and the seeds where only one blew up (exact
     McNemar, one-sided: fewer under ceil), Adam's step over ``proxy.STEP_WINDOW`` (``proxy.step_source``)
     and in how many seeds the ceil run's is the lower, γ's clip fraction there, and whether the fp32
     twins (one trajectory per seed) agree to the bit across the two sweeps."""
-    from scipy.stats import binomtest
 
     ceil, flo = src.steps, floor.steps
     if ceil.empty or flo.empty:
@@ -1283,29 +1312,20 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
     lo, hi = proxy.STEP_WINDOW
     rows, twins = [], []
     for c_label, f_label in pairs.items():
-        a = ceil[ceil["label"] == c_label].set_index("seed")
-        b = flo[flo["label"] == f_label].set_index("seed")
-        seeds = a.index.intersection(b.index)
-        if not len(seeds):
+        pair = _paired(ceil, c_label, flo, f_label)
+        if pair is None:
             continue
-        a, b = a.loc[seeds], b.loc[seeds]
-        only_floor, only_ceil = (
-            int((b["blew_up"] & ~a["blew_up"]).sum()),
-            int((a["blew_up"] & ~b["blew_up"]).sum()),
-        )
-        n = only_floor + only_ceil
+        a, b = pair.a, pair.b
         both = a["upd"].notna() & b["upd"].notna()
-        twins.append(a["twin_final_val_loss"] == b["twin_final_val_loss"])
+        twins.append(pair.twins_equal)
         rows.append(
             {
                 "ceil rule": c_label,
                 "floor rule": f_label,
-                "seeds": len(seeds),
+                "seeds": len(a),
                 "blew up (ceil / floor)": f"{int(a['blew_up'].sum())} / {int(b['blew_up'].sum())}",
-                "only floor / only ceil": f"{only_floor} / {only_ceil}",
-                "p (McNemar, one-sided)": binomtest(only_floor, n, alternative="greater").pvalue
-                if n
-                else 1.0,
+                "only floor / only ceil": f"{pair.only_b} / {pair.only_a}",
+                "p (McNemar, one-sided)": pair.p,
                 f"step RMS {lo}–{hi} (ceil / floor, median)": (
                     f"{a['upd'].median():.4f} / {b['upd'].median():.4f}"
                 ),
@@ -1339,7 +1359,6 @@ def _gamma_format_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str
     seeds from init): per pair, the blow-ups of each, the seeds where only one blew up (exact McNemar,
     one-sided: fewer in bf16), the base sweep's γ-unquantized runs on those seeds, and whether the fp32
     twins (one trajectory per seed) agree to the bit across the two sweeps."""
-    from scipy.stats import binomtest
 
     here, there = src.runs, base.runs
     if here.empty or there.empty:
@@ -1347,29 +1366,22 @@ def _gamma_format_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str
     here, there = here[here["parent"].isna()], there[there["parent"].isna()]
     rows, twins = [], []
     for label, base_label in pairs.items():
-        a = here[here["label"] == label].set_index("seed")
-        b = there[there["label"] == base_label].set_index("seed")
-        none = there[there["norm_affine"].eq("none")].set_index("seed")
-        seeds = a.index.intersection(b.index)
-        if not len(seeds):
+        pair = _paired(here, label, there, base_label)
+        if pair is None:
             continue
-        a, b = a.loc[seeds], b.loc[seeds]
-        only_base, only_here = (
-            int((b["blew_up"] & ~a["blew_up"]).sum()),
-            int((a["blew_up"] & ~b["blew_up"]).sum()),
-        )
-        n = only_base + only_here
-        twins.append(a["twin_final_val_loss"] == b["twin_final_val_loss"])
-        c = none.loc[none.index.intersection(seeds)]  # the base sweep's γ-unquantized runs, if any
+        a, b = pair.a, pair.b
+        none = there[there["norm_affine"].eq("none")].set_index("seed")
+        c = none.loc[none.index.intersection(a.index)]  # the base sweep's γ-unquantized runs, if any
+        twins.append(pair.twins_equal)
         rows.append(
             {
                 "γ/β": f"{label} ({a['norm_affine'].iloc[0]})",
                 "against": f"{base_label} ({b['norm_affine'].iloc[0]})",
-                "seeds": len(seeds),
+                "seeds": len(a),
                 "blew up (here / there)": f"{int(a['blew_up'].sum())} / {int(b['blew_up'].sum())}",
                 "γ unquantized blew up (there)": f"{int(c['blew_up'].sum())} / {len(c)}" if len(c) else "–",
-                "only there / only here": f"{only_base} / {only_here}",
-                "p (McNemar, one-sided)": binomtest(only_base, n, alternative="greater").pvalue if n else 1.0,
+                "only there / only here": f"{pair.only_b} / {pair.only_a}",
+                "p (McNemar, one-sided)": pair.p,
                 "final / twin (here, median)": float(a["ratio"].median()),
             }
         )
