@@ -792,12 +792,12 @@ def proxy_claims(
     for src, floor, pairs in clamp_controls:
         if src.ran and floor.ran:
             _clamp_control_block(doc, src, floor, pairs)
-    for src, base, pairs in gamma_formats:
-        if src.ran and base.ran:
-            _gamma_format_block(doc, src, base, pairs)
-        else:
-            missing = src if not src.ran else base
+    for src in {id(s): s for s, _, _ in gamma_formats}.values():
+        bases = [(base, pairs) for s, base, pairs in gamma_formats if s is src]
+        for missing in [s for s in (src, *(b for b, _ in bases)) if not s.ran]:
             doc.add(f"Not run yet: `{missing.command}` (γ/β in bf16 against γ/β in E4M3).", "")
+        if src.ran:
+            _gamma_format_block(doc, src, [(b, p) for b, p in bases if b.ran])
 
     # 1.3 -------------------------------------------------------------------------------------------
     points = mech.branch_at
@@ -1354,55 +1354,47 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
     )
 
 
-def _gamma_format_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, str]) -> None:
-    """γ/β rounded to bf16 (``src``: no block scale, so no clamp) against γ/β in E4M3 (``base``, same
-    seeds from init): per pair, the blow-ups of each, the seeds where only one blew up (exact McNemar,
-    one-sided: fewer in bf16), the base sweep's γ-unquantized runs on those seeds, and whether the fp32
-    twins (one trajectory per seed) agree to the bit across the two sweeps."""
-
-    here, there = src.runs, base.runs
-    if here.empty or there.empty:
-        return
-    here, there = here[here["parent"].isna()], there[there["parent"].isna()]
-    rows, twins = [], []
-    for label, base_label in pairs.items():
-        pair = _paired(here, label, there, base_label)
-        if pair is None:
-            continue
-        a, b = pair.a, pair.b
-        none = there[there["norm_affine"].eq("none")].set_index("seed")
-        c = none.loc[none.index.intersection(a.index)]  # the base sweep's γ-unquantized runs, if any
-        twins.append(pair.twins_equal)
-        rows.append(
-            {
-                "γ/β": f"{label} ({a['norm_affine'].iloc[0]})",
-                "against": f"{base_label} ({b['norm_affine'].iloc[0]})",
-                "seeds": len(a),
-                "blew up (here / there)": f"{int(a['blew_up'].sum())} / {int(b['blew_up'].sum())}",
-                "γ unquantized blew up (there)": f"{int(c['blew_up'].sum())} / {len(c)}" if len(c) else "–",
-                "only there / only here": f"{pair.only_b} / {pair.only_a}",
-                "p (McNemar, one-sided)": pair.p,
-                "final / twin (here, median)": float(a["ratio"].median()),
-            }
-        )
+def _gamma_format_block(doc: _Doc, src: Source, bases: Sequence[tuple[Source, Mapping[str, str]]]) -> None:
+    """γ/β rounded to bf16 (``src``: no block scale, so no clamp) against γ/β in E4M3 in each of
+    ``bases`` (same seeds from init), one row per pair: the blow-ups of each, the seeds where only one
+    blew up (exact McNemar, one-sided: fewer in bf16), the base sweep's γ-unquantized runs on those
+    seeds, and in how many seeds the fp32 twins (one trajectory per seed) agree to the bit."""
+    here = src.runs[src.runs["parent"].isna()] if not src.runs.empty else src.runs
+    rows = []
+    for base, pairs in bases:
+        there = base.runs[base.runs["parent"].isna()] if not base.runs.empty else base.runs
+        for label, base_label in pairs.items():
+            pair = None if here.empty or there.empty else _paired(here, label, there, base_label)
+            if pair is None:
+                continue
+            a, b = pair.a, pair.b
+            none = there[there["norm_affine"].eq("none")].set_index("seed")
+            c = none.loc[none.index.intersection(a.index)]  # the base sweep's γ-unquantized runs, if any
+            rows.append(
+                {
+                    "γ/β (this sweep)": f"{label} ({a['norm_affine'].iloc[0]})",
+                    "against": f"`{base.name}` {base_label} ({b['norm_affine'].iloc[0]})",
+                    "seeds": len(a),
+                    "blew up (here / there)": f"{int(a['blew_up'].sum())} / {int(b['blew_up'].sum())}",
+                    "γ unquantized blew up (there)": f"{int(c['blew_up'].sum())} / {len(c)}"
+                    if len(c)
+                    else "–",
+                    "only there / only here": f"{pair.only_b} / {pair.only_a}",
+                    "p (McNemar, one-sided)": pair.p,
+                    "twins equal to the bit": f"{int(pair.twins_equal.sum())}/{len(a)}",
+                    "final / twin (here, median)": float(a["ratio"].median()),
+                }
+            )
     if not rows:
         return
-    same = pd.concat(twins)
     doc.add(
         f"**γ rounded to bf16: no block scale, no clamp** (`{src.name}`: `{src.command}`, records "
         f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
-        f"set before it ran). The same seeds from init against `{base.name}`, seed by seed:",
+        "set before it ran). The same seeds from init against γ/β in E4M3, seed by seed. Where the fp32 "
+        "twins differ the sweeps took different float paths (another machine or library): those pairs "
+        "share seed, init and batches, not the trajectory.",
         "",
         md_table(pd.DataFrame(rows)),
-        "",
-        f"The fp32 twins of the two sweeps end at the same val loss to the bit in {int(same.sum())} of "
-        f"{len(same)} pairs"
-        + (
-            "."
-            if same.all()
-            else ": where they differ, the sweeps took different float paths (another machine or library), "
-            "so the pairs share seed, init and batches but not the trajectory."
-        ),
         "",
     )
 
