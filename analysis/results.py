@@ -313,6 +313,8 @@ CLAMP_CONTROL = {
 GAMMA_FORMAT = (
     ("proxy_mechanism_d128_bf16", "proxy_mechanism_d128", {"mx_ln_bf16": "mx_ln_e4m3"}),
     ("proxy_mechanism_d128_bf16", "proxy_mechanism_d128_rerun", {"mx_ln_bf16": "mx_ln_e4m3"}),
+    ("proxy_mechanism_d128_bf16_seeds", "proxy_mechanism_d128_seeds", {"mx_ln_bf16": "mx_ln_e4m3"}),
+    ("proxy_mechanism_d128_bf16_seeds", "proxy_mechanism_d128_seeds32", {"mx_ln_bf16": "mx_ln_e4m3"}),
 )
 """γ rounded without a block scale (conf/experiment/): (a sweep with γ/β in bf16, no 0.875 clamp; a
 sweep with γ/β in E4M3 on the same seeds from init; {its precision: the E4M3 precision it is set against
@@ -792,12 +794,15 @@ def proxy_claims(
     for src, floor, pairs in clamp_controls:
         if src.ran and floor.ran:
             _clamp_control_block(doc, src, floor, pairs)
+    paired: list[_Paired] = []
     for src in {id(s): s for s, _, _ in gamma_formats}.values():
         bases = [(base, pairs) for s, base, pairs in gamma_formats if s is src]
         for missing in [s for s in (src, *(b for b, _ in bases)) if not s.ran]:
             doc.add(f"Not run yet: `{missing.command}` (γ/β in bf16 against γ/β in E4M3).", "")
         if src.ran:
-            _gamma_format_block(doc, src, [(b, p) for b, p in bases if b.ran])
+            paired += _gamma_format_block(doc, src, [(b, p) for b, p in bases if b.ran])
+    if (pooled := _pooled_same_machine(paired)) is not None:
+        doc.add(pooled, "")
 
     # 1.3 -------------------------------------------------------------------------------------------
     points = mech.branch_at
@@ -1354,13 +1359,16 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
     )
 
 
-def _gamma_format_block(doc: _Doc, src: Source, bases: Sequence[tuple[Source, Mapping[str, str]]]) -> None:
+def _gamma_format_block(
+    doc: _Doc, src: Source, bases: Sequence[tuple[Source, Mapping[str, str]]]
+) -> list[_Paired]:
     """γ/β rounded to bf16 (``src``: no block scale, so no clamp) against γ/β in E4M3 in each of
     ``bases`` (same seeds from init), one row per pair: the blow-ups of each, the seeds where only one
     blew up (exact McNemar, one-sided: fewer in bf16), the base sweep's γ-unquantized runs on those
-    seeds, and in how many seeds the fp32 twins (one trajectory per seed) agree to the bit."""
+    seeds, and in how many seeds the fp32 twins (one trajectory per seed) agree to the bit. Returns
+    the pairs it tabulated."""
     here = src.runs[src.runs["parent"].isna()] if not src.runs.empty else src.runs
-    rows = []
+    rows, out = [], []
     for base, pairs in bases:
         there = base.runs[base.runs["parent"].isna()] if not base.runs.empty else base.runs
         for label, base_label in pairs.items():
@@ -1368,6 +1376,7 @@ def _gamma_format_block(doc: _Doc, src: Source, bases: Sequence[tuple[Source, Ma
             if pair is None:
                 continue
             a, b = pair.a, pair.b
+            out.append(pair)
             none = there[there["norm_affine"].eq("none")].set_index("seed")
             c = none.loc[none.index.intersection(a.index)]  # the base sweep's γ-unquantized runs, if any
             rows.append(
@@ -1386,7 +1395,7 @@ def _gamma_format_block(doc: _Doc, src: Source, bases: Sequence[tuple[Source, Ma
                 }
             )
     if not rows:
-        return
+        return out
     doc.add(
         f"**γ rounded to bf16: no block scale, no clamp** (`{src.name}`: `{src.command}`, records "
         f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
@@ -1396,6 +1405,28 @@ def _gamma_format_block(doc: _Doc, src: Source, bases: Sequence[tuple[Source, Ma
         "",
         md_table(pd.DataFrame(rows)),
         "",
+    )
+    return out
+
+
+def _pooled_same_machine(pairs: Sequence[_Paired]) -> str | None:
+    """One sentence pooling the pairs whose fp32 twins agree to the bit in every seed (the same float
+    path, so each seed is one trajectory up to the precision): blow-ups on each side, the seeds where
+    only one blew up and the exact one-sided McNemar p that fewer blew up on side ``a``; None where
+    fewer than two such pairs exist (a single pair is its own row already)."""
+    from scipy.stats import binomtest
+
+    same = [p for p in pairs if len(p.twins_equal) and bool(p.twins_equal.all())]
+    if len(same) < 2:
+        return None
+    n = sum(len(p.a) for p in same)
+    a_up, b_up = sum(int(p.a["blew_up"].sum()) for p in same), sum(int(p.b["blew_up"].sum()) for p in same)
+    only_b, only_a = sum(p.only_b for p in same), sum(p.only_a for p in same)
+    pv = binomtest(only_b, only_a + only_b, alternative="greater").pvalue if only_a + only_b else 1.0
+    return (
+        f"Pooled over the {len(same)} same-machine pairings above (fp32 twins equal to the bit in every "
+        f"seed; {n} seeds): γ in bf16 blew up in {a_up}, γ in E4M3 in {b_up}; only with γ in E4M3 {only_b}, "
+        f"only with γ in bf16 {only_a}: exact McNemar, one-sided, p = {pv:.2g}."
     )
 
 

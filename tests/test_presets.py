@@ -110,6 +110,7 @@ TINY = {
     "proxy_mechanism_d128_ceil": [*TINY_PROXY, "model.width=16", "sweep.seeds=[32]"],
     "proxy_mechanism_d128_ceil_fresh": [*TINY_PROXY, "model.width=16", "sweep.seeds=[56]"],
     "proxy_mechanism_d128_bf16": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
+    "proxy_mechanism_d128_bf16_seeds": [*TINY_PROXY, "model.width=16", "sweep.seeds=[16]"],
     "proxy_mechanism_d128_rerun": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_step20": [
         *TINY_PROXY,
@@ -182,6 +183,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_ceil": (28, 0),  # step_source's 14 seeds × γ in E4M3 under the ceil rule, ×2
     "proxy_mechanism_d128_ceil_fresh": (32, 0),  # the same on step_predict's fresh seeds 56–71
     "proxy_mechanism_d128_rerun": (16, 0),  # d128's γ-in-E4M3 runs retrained here, no branches
+    "proxy_mechanism_d128_bf16_seeds": (24, 0),  # the same on seeds 16–39
     "proxy_mechanism_d128_bf16": (16, 0),  # γ/β in bf16 on proxy_mechanism_d128's seeds, no branches
     "proxy_mechanism_d128_step20": (6, 12),  # every parent × 2 interventions
     "proxy_mechanism_d128_control": (12, 12),  # both variants' parents × fp32
@@ -249,6 +251,7 @@ VARIANTS = {
     "proxy_mechanism_d128_ceil": "proxy_mechanism_d128_step_source",
     "proxy_mechanism_d128_ceil_fresh": "proxy_mechanism_d128_ceil",
     "proxy_mechanism_d128_bf16": "proxy_mechanism_d128",
+    "proxy_mechanism_d128_bf16_seeds": "proxy_mechanism_d128_bf16",
     "proxy_mechanism_d128_rerun": "proxy_mechanism_d128",
     "proxy_canonical_seeds": "proxy_canonical",
     "proxy_canonical_interventions": "proxy_canonical",

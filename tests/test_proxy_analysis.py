@@ -1246,6 +1246,38 @@ def test_gamma_in_bf16_is_set_against_gamma_in_e4m3_seed_by_seed(tmp_path):
     )
 
 
+def test_pooling_keeps_only_pairings_whose_twins_agree_to_the_bit():
+    """The pooled McNemar sums the seeds of every pairing whose fp32 twins agree to the bit in every
+    seed (one float path); a pairing from another machine (twins differ) stays out, and one pairing
+    alone is not pooled."""
+    from analysis.results import _paired, _pooled_same_machine
+
+    def rows(label, seeds, ups, twin=0.03):
+        return proxy.proxy_runs(pd.DataFrame([
+            _run(f"{label}{s}", label, s, final=0.5 if s in ups else 0.03, twin=twin,
+                 spike=300 if s in ups else None, recovered=False if s in ups else None)
+            for s in seeds
+        ]))  # fmt: skip
+
+    bf16 = rows("bf16_", range(8), {0})
+    e4m3 = rows("e4m3_", range(8), {0, 1, 2, 3})  # 3 seeds only in E4M3
+    e4m3_more = rows("e4m3_", range(8, 12), {8, 9})
+    bf16_more = rows("bf16_", range(8, 12), {10})  # 2 only in E4M3, 1 only in bf16
+    other_machine = rows("e4m3_", range(8), {0, 1, 2, 3, 4, 5}, twin=0.031)
+    same1 = _paired(bf16, "bf16_", e4m3, "e4m3_")
+    same2 = _paired(bf16_more, "bf16_", e4m3_more, "e4m3_")
+    other = _paired(bf16, "bf16_", other_machine, "e4m3_")
+    assert (same1.only_b, same1.only_a, same2.only_b, same2.only_a) == (3, 0, 2, 1)
+    assert _pooled_same_machine([same1, other]) is None
+    text = _pooled_same_machine([same1, other, same2])
+    # 5 only in E4M3, 1 only in bf16: P(X ≥ 5 | 6, 1/2) = 7/64
+    assert text == (
+        "Pooled over the 2 same-machine pairings above (fp32 twins equal to the bit in every seed; 12 "
+        "seeds): γ in bf16 blew up in 2, γ in E4M3 in 6; only with γ in E4M3 5, only with γ in bf16 1: "
+        "exact McNemar, one-sided, p = 0.11."
+    )
+
+
 def test_the_clamp_control_sets_ceil_against_floor_seed_by_seed(tmp_path):
     """γ in E4M3 under the ceil rule against the floor rule on the same seeds: blow-ups of each, the
     seeds where only one blew up with the one-sided McNemar p, Adam's step before the onset and in how
