@@ -864,7 +864,8 @@ def proxy_claims(
     late_hits = [r for r in late_rows if r["γ in E4M3"] and r["twin stable"]]
     # The canonical run decides only where it shows a late blow-up or ran all its steps; an interrupted
     # one (a GPU lease ran out) leaves the verdict to the CPU search.
-    canon_hit = any(r["sweep"] in (canonical.name, f"{canonical.name}_seeds") for r in late_hits)
+    canonicals = {s.name for s in (canonical, canonical_seeds) if s is not None}
+    canon_hit = any(r["sweep"] in canonicals for r in late_hits)
     if canon_hit or _canonical_complete(canonical):
         verdict = REPRODUCED if canon_hit else NOT
     else:
@@ -1012,11 +1013,12 @@ def _canonical_block(doc: _Doc, src: Source, figure: str = "proxy_canonical.png"
     if _canonical_complete(src):
         steps = int(proxy._get(runs.iloc[0], "train.steps"))
         outcomes = []
-        for _, r in runs.sort_values("label").iterrows():
+        several = runs["seed"].nunique() > 1
+        for _, r in runs.sort_values(["label", "seed"]).iterrows():
             # the recorded first spike (the trainer's detector, on a smoothed loss): proxy.onset's first
             # jump can be a one-step transient long before (γ in bf16 had one at step 240)
             at = r.get("spike_step") if pd.notna(r.get("spike_step")) else r.get("diverged_step")
-            what = f"{r['label']} (γ/β {r['norm_affine']}) "
+            what = f"{r['label']}{f' seed {r.seed:.0f}' if several else ''} (γ/β {r['norm_affine']}) "
             if r["blew_up"]:
                 what += "blew up" + (f" at step {at:,.0f}" if at is not None and pd.notna(at) else "")
                 outcomes.append(what + f" and ended at {r['ratio']:.3g}× its twin's val loss")

@@ -1213,6 +1213,15 @@ def test_a_finished_canonical_run_decides_late_blowups_by_gamma_format(tmp_path)
         "6.82× its twin's val loss; mx_ln_e4m3 (γ/β fp8_e4m3) blew up at step 7,843 and ended at 35× its "
         "twin's val loss; mx_ln_none (γ/β none) did not blow up (ended at 1× its twin's)." in text
     )
+    # the same precision on several seeds (proxy_canonical_seeds): each run is named by its seed
+    seeds = [_run(f"e{k}", "mx_ln_e4m3", k, final=0.0022, twin=0.0022, **shape) for k in (1339, 1338)]
+    more = _source(tmp_path / "docs", "proxy_canonical_seeds", seeds, "train:\n  steps: 9000\n")
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    _canonical_block(doc, more, figure="proxy_canonical_seeds.png")
+    assert (
+        "here mx_ln_e4m3 seed 1338 (γ/β fp8_e4m3) did not blow up (ended at 1× its twin's); mx_ln_e4m3 seed "
+        "1339" in "\n".join(doc.lines)
+    )
 
 
 def test_gamma_in_bf16_is_set_against_gamma_in_e4m3_seed_by_seed(tmp_path):
