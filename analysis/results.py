@@ -1882,7 +1882,10 @@ def search_log(doc: _Doc, sources: list[Source]) -> None:
         return
     doc.add(
         "One row per configuration (phase-1 runs only; branches are in 1.3). Onset: first logged step "
-        f"whose loss exceeds {proxy.ONSET:g}× the lowest before it; late: after half the steps. γ clamped: "
+        f"whose loss exceeds {proxy.ONSET:g}× the lowest before it (a one-step transient that recovers "
+        "counts too, so a run can show an early onset and a late blow-up: the runs' recorded spike steps, "
+        "from the trainer's smoothed detector, are in the sections above); late: after half the steps. "
+        "γ clamped: "
         "the median, over the logged steps before any onset, of the largest LN-γ clip fraction, as a "
         "median over the seeds (1 = some LayerNorm's γ entirely at 0.875 all along). Earlier "
         "exploration on older code (before the twin was a full citizen) is in "
