@@ -213,6 +213,7 @@ SETTING = (
     ("model.depth", "depth"),
     ("train.batch_size", "batch"),
     ("model.teacher", "teacher"),
+    ("model.activation", "activation"),
     ("model.noise_std", "label noise"),
     ("train.betas", "Adam betas"),
 )
@@ -233,22 +234,29 @@ EDGE = (
     "proxy_mechanism_d128_lr_fine",
     "proxy_mechanism_d128_depth8",
     "proxy_mechanism_d128_depth8_fine",
+    "proxy_mechanism_d128_swiglu",
     "proxy_mechanism_d128_beta95",
     "proxy_mechanism_d128_beta99",
     "proxy_mechanism_beta95",
     "proxy_released",
 )
-"""proxy_mechanism's comparison again (conf/experiment/): at another learning rate, width or teacher,
-or on fresh seeds; reported beside 1.1 and in the search log."""
+"""proxy_mechanism's comparison again (conf/experiment/): at another learning rate, width, depth, batch,
+teacher or activation, or on fresh seeds; reported beside 1.1 and in the search log."""
 
 PILOT = {"proxy_released": "proxy_released_search"}
 """A re-run of EDGE → the pilot sweep (of SEARCH) whose runs chose its setting: on seeds the pilot did
 not use, the re-run is a pre-registered test of that setting."""
 
-RECORD_DEFAULTS = {"train.norm_lr_mult": 1.0, "model.teacher": "residual", "train.betas": [0.9, 0.999]}
+RECORD_DEFAULTS = {
+    "train.norm_lr_mult": 1.0,
+    "model.teacher": "residual",
+    "model.activation": "gelu",
+    "train.betas": [0.9, 0.999],
+}
 """Fields that records from before the field existed lack (or leave null, for the task's default), and
 the value those runs ran with (the residual teacher is also proxy_mechanism's, the baseline of the late
-search; Adam's betas are the proxy task's default, ``train.objectives``)."""
+search; GeLU is ``ProxyConfig``'s activation; Adam's betas are the proxy task's default,
+``train.objectives``)."""
 
 ONE_FACTOR = {
     "proxy_mechanism_d128_b64": "proxy_mechanism_d128",
@@ -1812,6 +1820,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
         "model.depth",
         "train.batch_size",
         "model.teacher",
+        "model.activation",
         "train.lr",
         "train.norm_lr_mult",
         "adam_beta2",
@@ -1834,7 +1843,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
         else np.nan
     )
     for key, g in parents.groupby(["label", *keys], dropna=False, sort=False):
-        label, width, depth, batch, teacher, lr, mult, beta2, steps = key
+        label, width, depth, batch, teacher, activation, lr, mult, beta2, steps = key
         onsets = pd.to_numeric(g["onset_step"], errors="coerce").dropna()
         twins = g["twin_stable"].dropna().astype(bool)
         rows.append(
@@ -1843,6 +1852,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
                 "precision": label,
                 "d × L, batch": f"{width:.0f} × {depth:.0f}, {batch:.0f}",
                 "teacher": teacher,
+                "φ": activation,
                 "lr (norm ×)": f"{lr:g} (×{mult:g})",
                 "Adam β2": f"{beta2:g}",
                 "steps": int(steps),

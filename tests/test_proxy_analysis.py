@@ -412,6 +412,24 @@ def test_the_search_log_tells_teachers_apart(tmp_path):
     assert got == {"residual": (1, 0), "released": (2, 1)}
 
 
+def test_the_search_log_tells_activations_apart(tmp_path):
+    """The activation is part of a setting: a record without ``model.activation`` ran GeLU, and a
+    SwiGLU run at the same shape and LR is another row, named by its φ."""
+    from analysis.results import Source, _source_search_rows
+
+    shape = {"model.width": 16, "model.depth": 2, "train.batch_size": 8, "train.lr": 1e-3, "train.steps": 10}
+    rows = [
+        _run("gelu_s0", "mx_ln", 0, final=0.03, twin=0.03, **shape),
+        _run("swiglu_s0", "mx_ln", 0, final=0.09, twin=0.03, **shape, **{"model.activation": "swiglu"}),
+        _run("swiglu_s1", "mx_ln", 1, final=0.03, twin=0.03, **shape, **{"model.activation": "swiglu"}),
+    ]
+    rows[0].pop("model.activation", None)
+    src = Source("proxy_mechanism_d128_swiglu", "python launch.py -m experiment=x", tmp_path)
+    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
+    got = {r["φ"]: (r["seeds"], r["blew up"]) for r in _source_search_rows(src)}
+    assert got == {"gelu": (1, 0), "swiglu": (2, 1)}
+
+
 def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
     """A re-run whose setting a pilot sweep chose (results.PILOT) says so, names the setting (teacher
     included), and is a pre-registered test only when none of its seeds were in the pilot."""
