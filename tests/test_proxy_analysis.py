@@ -394,40 +394,27 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     assert "| 3 | 3 | 3 | 0 | 0 | 1 |" in text  # 3 parents, each rescued by both: none discordant, p = 1
 
 
-def test_the_search_log_tells_teachers_apart(tmp_path):
-    """A row per setting, the teacher included: a record from before ``model.teacher`` existed ran the
-    residual teacher, and a released-teacher run at the same shape and LR is another row."""
+@pytest.mark.parametrize(
+    ("field", "column", "default", "other"),
+    [("model.teacher", "teacher", "residual", "released"), ("model.activation", "φ", "gelu", "swiglu")],
+)
+def test_the_search_log_tells_settings_apart(tmp_path, field, column, default, other):
+    """A row per setting, the teacher and the activation included: a record from before the field
+    existed ran the default (the residual teacher, GeLU), and a run with another value at the same
+    shape and LR is another row, named in its column."""
     from analysis.results import Source, _source_search_rows
 
     shape = {"model.width": 16, "model.depth": 2, "train.batch_size": 8, "train.lr": 1e-3, "train.steps": 10}
     rows = [
         _run("old_s0", "mx_ln", 0, final=0.03, twin=0.03, **shape),
-        _run("new_s0", "mx_ln", 0, final=0.09, twin=0.03, **shape, **{"model.teacher": "released"}),
-        _run("new_s1", "mx_ln", 1, final=0.03, twin=0.03, **shape, **{"model.teacher": "released"}),
+        _run("new_s0", "mx_ln", 0, final=0.09, twin=0.03, **shape, **{field: other}),
+        _run("new_s1", "mx_ln", 1, final=0.03, twin=0.03, **shape, **{field: other}),
     ]
-    rows[0].pop("model.teacher", None)
+    rows[0].pop(field, None)
     src = Source("proxy_released_search", "python launch.py -m experiment=proxy_released_search", tmp_path)
     src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
-    got = {r["teacher"]: (r["seeds"], r["blew up"]) for r in _source_search_rows(src)}
-    assert got == {"residual": (1, 0), "released": (2, 1)}
-
-
-def test_the_search_log_tells_activations_apart(tmp_path):
-    """The activation is part of a setting: a record without ``model.activation`` ran GeLU, and a
-    SwiGLU run at the same shape and LR is another row, named by its φ."""
-    from analysis.results import Source, _source_search_rows
-
-    shape = {"model.width": 16, "model.depth": 2, "train.batch_size": 8, "train.lr": 1e-3, "train.steps": 10}
-    rows = [
-        _run("gelu_s0", "mx_ln", 0, final=0.03, twin=0.03, **shape),
-        _run("swiglu_s0", "mx_ln", 0, final=0.09, twin=0.03, **shape, **{"model.activation": "swiglu"}),
-        _run("swiglu_s1", "mx_ln", 1, final=0.03, twin=0.03, **shape, **{"model.activation": "swiglu"}),
-    ]
-    rows[0].pop("model.activation", None)
-    src = Source("proxy_mechanism_d128_swiglu", "python launch.py -m experiment=x", tmp_path)
-    src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
-    got = {r["φ"]: (r["seeds"], r["blew up"]) for r in _source_search_rows(src)}
-    assert got == {"gelu": (1, 0), "swiglu": (2, 1)}
+    got = {r[column]: (r["seeds"], r["blew up"]) for r in _source_search_rows(src)}
+    assert got == {default: (1, 0), other: (2, 1)}
 
 
 def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
