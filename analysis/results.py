@@ -235,6 +235,7 @@ EDGE = (
     "proxy_mechanism_d128_depth8",
     "proxy_mechanism_d128_depth8_fine",
     "proxy_mechanism_d128_swiglu",
+    "proxy_mechanism_d128_swiglu_hi",
     "proxy_mechanism_d128_beta95",
     "proxy_mechanism_d128_beta99",
     "proxy_mechanism_beta95",
