@@ -332,6 +332,17 @@ sweep with γ/β in E4M3 on the same seeds from init; {its precision: the E4M3 p
 seed by seed}), reported under 1.2 beside the clamp controls. proxy_mechanism_d128 ran on another
 machine (its twins differ from these in every seed); its rerun here is the same-machine pair."""
 
+FROM_INIT = {
+    "proxy_mechanism_d128_swiglu_source": (
+        "proxy_mechanism_d128_swiglu_hi",
+        {"mx_ln_none": "mx_ln_none", "mx_bf16a": "mx_ln_none", "mx_fwd": "mx_ln_none"},
+    ),
+}
+"""1.3's interventions held from init (conf/experiment/): a sweep that retrains another sweep's seeds at
+its LRs in the precisions the interventions switch to (bf16 activations, forward-only MX; the same
+precision again is the same-machine check) → (that sweep, {its precision: the precision it is set
+against, pair by pair of LR and seed}), reported beside 1.3."""
+
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
 """A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
 variants' parents branched into fp32 at the same step, to tell a γ-clamped prefix from any MX prefix."""
@@ -705,6 +716,7 @@ def proxy_claims(
     clamp_controls: Sequence[tuple[Source, Source, Mapping[str, str]]] = (),
     gamma_formats: Sequence[tuple[Source, Source, Mapping[str, str]]] = (),
     canonical_seeds: Source | None = None,
+    from_init: Sequence[tuple[Source, Source, Mapping[str, str]]] = (),
 ) -> None:
     runs = mech.runs
     parents = runs[runs["parent"].isna()] if not runs.empty else runs
@@ -855,6 +867,11 @@ def proxy_claims(
         _intervention_block(doc, src, result, f"proxy_branches_{src.name}.png")
     for src, repeated in controls:
         _prefix_control(doc, src, repeated)
+    for src, base, pairs in from_init:
+        if not src.ran:
+            doc.add(f"Not run yet: `{src.command}` (the interventions' precisions from init).", "")
+        elif base.ran:
+            _from_init_block(doc, src, base, pairs)
 
     # 1.4 -------------------------------------------------------------------------------------------
     title = "1.4 A late divergence (the study's canonical run: step ~5,090 of 9,000)"
@@ -1301,12 +1318,15 @@ class _Paired:
     twins_equal: pd.Series
 
 
-def _paired(a_rows: pd.DataFrame, a_label: str, b_rows: pd.DataFrame, b_label: str) -> _Paired | None:
-    """``_Paired`` of ``a_label``'s rows against ``b_label``'s; None where they share no seed."""
+def _paired(
+    a_rows: pd.DataFrame, a_label: str, b_rows: pd.DataFrame, b_label: str, keys: Sequence[str] = ("seed",)
+) -> _Paired | None:
+    """``_Paired`` of ``a_label``'s rows against ``b_label``'s, matched on ``keys`` (the seed; with
+    ``train.lr`` too where the sweeps ran several LRs on the same seeds); None where they share none."""
     from scipy.stats import binomtest
 
-    a = a_rows[a_rows["label"] == a_label].set_index("seed")
-    b = b_rows[b_rows["label"] == b_label].set_index("seed")
+    a = a_rows[a_rows["label"] == a_label].set_index(list(keys))
+    b = b_rows[b_rows["label"] == b_label].set_index(list(keys))
     seeds = a.index.intersection(b.index)
     if not len(seeds):
         return None
@@ -1420,6 +1440,79 @@ def _gamma_format_block(
         "",
     )
     return out
+
+
+def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, str]) -> None:
+    """``src``'s precisions trained from init on ``base``'s seeds and LRs, each set against a precision
+    of ``base`` pair by pair of (LR, seed): per LR and over all, the blow-ups of each, the pairs where
+    only one blew up (exact McNemar, one-sided: fewer here), and in how many pairs the fp32 twins (one
+    trajectory per seed and LR) agree to the bit; a precision that ``base`` ran too is the same-machine
+    check, whose runs must then end at ``base``'s val loss to the bit. One figure per LR."""
+    from scipy.stats import binomtest
+
+    here = src.runs[src.runs["parent"].isna() & src.runs["finished"]]
+    there = base.runs[base.runs["parent"].isna() & base.runs["finished"]]
+    if here.empty or there.empty:
+        return
+    rows, repeats = [], []
+    for label, base_label in pairs.items():
+        pair = _paired(here, label, there, base_label, keys=("train.lr", "seed"))
+        if pair is None:
+            continue
+        a, b = pair.a, pair.b
+        lrs = a.index.get_level_values("train.lr")
+        for lr in [*sorted(set(lrs)), None]:
+            at = np.ones(len(a), bool) if lr is None else np.asarray(lrs == lr)
+            up_a, up_b = a["blew_up"][at], b["blew_up"][at]
+            n_b, n_a = int((up_b & ~up_a).sum()), int((up_a & ~up_b).sum())
+            rows.append(
+                {
+                    "precision (here)": label,
+                    "against": f"`{base.name}` {base_label}",
+                    "lr": "all" if lr is None else f"{lr:g}",
+                    "seeds": int(at.sum()),
+                    "blew up (here / there)": f"{int(up_a.sum())} / {int(up_b.sum())}",
+                    "only there / only here": f"{n_b} / {n_a}",
+                    "p (McNemar, one-sided)": binomtest(n_b, n_a + n_b, alternative="greater").pvalue
+                    if n_a + n_b
+                    else 1.0,
+                    "twins equal to the bit": f"{int(pair.twins_equal[at].sum())}/{int(at.sum())}",
+                    "final / twin (here / there, median)": (
+                        f"{a['ratio'][at].median():.3g} / {b['ratio'][at].median():.3g}"
+                    ),
+                }
+            )
+        if label == base_label:
+            same = a["final_val_loss"].eq(b["final_val_loss"]) | (
+                a["status"].eq("diverged") & b["status"].eq("diverged")
+            )
+            repeats.append(f"`{label}` in {int(same.sum())} of {len(a)}")
+    if not rows:
+        return
+    doc.add(
+        f"**The interventions' precisions from init** (`{src.name}`: `{src.command}`, records "
+        f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
+        f"set before it ran). `{base.name}`'s seeds and LRs retrained from init in each precision beside "
+        "its fp32 twin, set against its runs pair by pair (same LR, seed, init and batches):",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    )
+    if repeats:
+        doc.add(
+            f"Retrained in the same precision, the runs end at `{base.name}`'s val loss to the bit (or both "
+            f"diverge): {', '.join(repeats)} pairs.",
+            "",
+        )
+    if not src.cur.empty:
+        from analysis import plots
+
+        for lr in sorted(here["train.lr"].dropna().unique()):
+            doc.figure(
+                plots.proxy_mechanism(src.cur, here[here["train.lr"] == lr]),
+                f"proxy_mechanism_{src.name}_lr{lr:g}.png",
+                f"MX vs fp32 twin ({src.name}, lr {lr:g})",
+            )
 
 
 def _pooled_same_machine(pairs: Sequence[_Paired]) -> str | None:
@@ -2149,7 +2242,7 @@ def write_results(
              for n in LATE_SEARCH]  # fmt: skip
     loaded = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
               for n in dict.fromkeys((*EDGE, *RERUN_BRANCHES, *SEARCH, *CONTROL, *STEP_SOURCE, *CLAMP_CONTROL,
-                                      *(m for g in GAMMA_FORMAT for m in g[:2])))}  # fmt: skip
+                                      *(m for g in GAMMA_FORMAT for m in g[:2]), *FROM_INIT))}  # fmt: skip
     edges, reruns = [loaded[n] for n in EDGE], [loaded[n] for n in RERUN_BRANCHES]
     searches = [loaded[n] for n in SEARCH]
     canonical = _load("proxy_canonical", "python launch.py -m experiment=proxy_canonical",
@@ -2184,9 +2277,10 @@ def write_results(
     step_sources = [(loaded[n], reference) for n, reference in STEP_SOURCE.items()]
     clamps = [(loaded[n], loaded[floor], pairs) for n, (floor, pairs) in CLAMP_CONTROL.items()]
     formats = [(loaded[n], loaded[base], pairs) for n, base, pairs in GAMMA_FORMAT]
+    from_init = [(loaded[n], loaded[base], pairs) for n, (base, pairs) in FROM_INIT.items()]
     proxy_claims(
         doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources, clamps, formats,
-        canonical_seeds,
+        canonical_seeds, from_init,
     )  # fmt: skip
     lm_claims(doc, lm)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
@@ -2196,8 +2290,8 @@ def write_results(
     search_log(
         doc,
         [mech, *edges, *searches, *lates, *(s for s, _ in step_sources), *clamp_sweeps,
-         *{id(s): s for f in formats for s in f[:2] if all(s is not e for e in edges)}.values(), canonical,
-         canonical_seeds],
+         *{id(s): s for f in formats for s in f[:2] if all(s is not e for e in edges)}.values(),
+         *(s for s, _, _ in from_init), canonical, canonical_seeds],
     )  # fmt: skip
     out.write_text("\n".join(doc.lines).rstrip() + "\n")
     return out

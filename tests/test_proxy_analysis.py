@@ -1322,3 +1322,59 @@ def test_the_clamp_control_sets_ceil_against_floor_seed_by_seed(tmp_path):
     assert row in text, text
     assert "the bit in 6 of 6 pairs" in text
     assert "**γ's clamp or γ's rounding?** (`proxy_mechanism_d128_ceil`" in text
+
+
+def test_the_interventions_precisions_from_init_are_paired_by_lr_and_seed(tmp_path):
+    """A from-init sweep that retrains another sweep's seeds at both of its LRs: each precision is set
+    against the base precision pair by pair of (LR, seed), not by seed alone (a seed appears once per
+    LR), per LR and over all with the one-sided McNemar p; the precision retrained as it was is the
+    same-machine check, to the bit."""
+    from analysis.results import _Doc, _from_init_block
+
+    ups = {(0.064, 0), (0.064, 1), (0.032, 2)}  # full MX (γ unquantized) blew up at these (lr, seed)
+    base_rows, rows = [], []
+    for lr in (0.032, 0.064):
+        for seed in range(4):
+            blew = (lr, seed) in ups
+            kw = {"train.lr": lr, "norm_affine": "none", "recovered": False if blew else None}
+            final = 0.5 + seed if blew else 0.03 + seed / 1000
+            base_rows.append(
+                _run(
+                    f"n_{lr}_s{seed}",
+                    "mx_ln_none",
+                    seed,
+                    final=final,
+                    twin=0.03,
+                    spike=300 if blew else None,
+                    **kw,
+                )
+            )
+            rows.append(
+                _run(
+                    f"r_{lr}_s{seed}",
+                    "mx_ln_none",
+                    seed,
+                    final=final,
+                    twin=0.03,
+                    spike=300 if blew else None,
+                    **kw,
+                )
+            )
+            bf16 = (lr, seed) == (0.032, 3)  # bf16 activations blew up only where full MX did not
+            kw["recovered"] = False if bf16 else None
+            rows.append(
+                _run(f"b_{lr}_s{seed}", "mx_bf16a", seed, final=0.5 if bf16 else 0.03, twin=0.03,
+                     spike=300 if bf16 else None, **kw)
+            )  # fmt: skip
+    base = _source(tmp_path, "proxy_mechanism_d128_swiglu_hi", base_rows, "")
+    src = _source(tmp_path, "proxy_mechanism_d128_swiglu_source", rows, "")
+    doc = _Doc(tmp_path / "results.md")
+    _from_init_block(doc, src, base, {"mx_ln_none": "mx_ln_none", "mx_bf16a": "mx_ln_none"})
+    text = "\n".join(doc.lines)
+    against = "`proxy_mechanism_d128_swiglu_hi` mx_ln_none"
+    assert f"| mx_bf16a | {against} | 0.032 | 4 | 1 / 1 | 1 / 1 | 0.75 | 4/4 |" in text
+    assert f"| mx_bf16a | {against} | 0.064 | 4 | 0 / 2 | 2 / 0 | 0.25 | 4/4 |" in text
+    # over all 8 pairs: 3 only with full MX, 1 only with bf16 activations: P(X ≥ 3 | 4, 1/2) = 5/16
+    assert f"| mx_bf16a | {against} | all | 8 | 1 / 3 | 3 / 1 | 0.3125 | 8/8 |" in text
+    assert f"| mx_ln_none | {against} | all | 8 | 3 / 3 | 0 / 0 | 1 | 8/8 |" in text
+    assert "`mx_ln_none` in 8 of 8 pairs" in text
