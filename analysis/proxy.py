@@ -8,6 +8,9 @@ Vocabulary (the claims of docs/results.md are stated in these terms):
   batches, trained alongside). A branch trains without a twin (``sweep.branch_twin=false``): its
   reference is its parent's twin, which is the same fp32 trajectory.
 * **blew up**: the run diverged (non-finite loss) or ended at ≥ ``BLOWUP`` × its reference's loss.
+* **twin worse** (the rule's mirror): the reference ended at ≥ ``BLOWUP`` × the run's loss. Where MX
+  and fp32 end at one loss up to noise of either sign (a high LR at which fp32 itself trains badly),
+  the rule fires both ways about equally often; only a blow-up count well above the mirror's says MX.
 * **stable**: not blown up and no spike left unrecovered (``spike_step`` set and ``recovered`` false).
   A twin is stable when it did not diverge and every spike it had recovered.
 * **onset** of a blow-up: the first logged step whose train loss exceeds ``ONSET`` × the lowest loss
@@ -108,6 +111,7 @@ def proxy_runs(df: pd.DataFrame) -> pd.DataFrame:
     runs["ratio"] = runs["final_val_loss"] / runs["reference"]
     diverged = runs["status"].eq("diverged")
     runs["blew_up"] = diverged | (runs["ratio"] >= BLOWUP)
+    runs["twin_worse"] = ~diverged & (runs["ratio"] <= 1 / BLOWUP)
     unrecovered = runs["spike_step"].notna() & runs["recovered"].eq(False).fillna(False).astype(bool)
     runs["finished"] = runs["status"].isin(FINISHED)  # done or diverged: a run with an outcome
     runs["stable"] = ~(runs["blew_up"] | unrecovered) & runs["finished"]
@@ -517,8 +521,9 @@ def cosine_by_seed(runs: pd.DataFrame, cur: pd.DataFrame, start: int = WINDOW) -
 
 def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     """Per phase-1 variant (the precision of the parents): seeds, how many blew up (diverged or ≥ 2×
-    the twin), how many are stable, how many twins are stable, the spread of final loss / twin and
-    the onset-free spike steps."""
+    the twin), how many are stable, how many twins are stable, how many twins ended ≥ 2× the run (the
+    rule's mirror), the twins' median final loss, the spread of final loss / twin and the onset-free
+    spike steps."""
     parents = runs[runs["parent"].isna()]
     rows = []
     for label, g in parents.groupby("label", sort=False):
@@ -530,6 +535,8 @@ def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
                 "blew up": int(g["blew_up"].sum()),
                 "stable": int(g["stable"].sum()),
                 "twin stable": f"{int(twins.astype(bool).sum())}/{len(twins)}" if len(twins) else "–",
+                f"twin ≥ {BLOWUP:g}× run": int(g["twin_worse"].sum()),
+                "twin final (median)": float(g["reference"].median()),
                 "final / twin (median)": float(g["ratio"].median()),
                 "final / twin (range)": value_range(g["ratio"]),
                 "spike steps": ", ".join(str(int(s)) for s in sorted(g["spike_step"].dropna())) or "–",

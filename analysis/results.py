@@ -337,11 +337,16 @@ FROM_INIT = {
         "proxy_mechanism_d128_swiglu_hi",
         {"mx_ln_none": "mx_ln_none", "mx_bf16a": "mx_ln_none", "mx_fwd": "mx_ln_none"},
     ),
+    "proxy_mechanism_d128_swiglu_fresh": (
+        "proxy_mechanism_d128_swiglu_fresh",
+        {"mx_bf16a": "mx_ln_none", "mx_fwd": "mx_ln_none"},
+    ),
 }
 """1.3's interventions held from init (conf/experiment/): a sweep that retrains another sweep's seeds at
 its LRs in the precisions the interventions switch to (bf16 activations, forward-only MX; the same
 precision again is the same-machine check) → (that sweep, {its precision: the precision it is set
-against, pair by pair of LR and seed}), reported beside 1.3."""
+against, pair by pair of LR and seed}; the sweep itself for fresh seeds, its precisions set against one
+of its own), reported beside 1.3."""
 
 CONTROL = {"proxy_mechanism_d128_control": "proxy_mechanism_d128_step20"}
 """A control of 1.3 (conf/experiment/) → the re-run whose γ-in-E4M3 branches it repeats: both
@@ -552,6 +557,9 @@ def _edge_lr_block(
     )
     if v.fisher:
         doc.add(v.fisher, "")
+    mirror = _mirror(runs)
+    if mirror:
+        doc.add(mirror, "")
     paired = _paired_ratio(runs)
     if paired:
         doc.add(paired, "")
@@ -700,6 +708,36 @@ def _paired_ratio(runs: pd.DataFrame) -> str:
         f"Final loss / fp32 twin, γ in E4M3 against γ unquantized of the same seed: higher in {higher} of "
         f"{len(pairs)} seeds (median {pairs['ln'].median():.3g} against {pairs['none'].median():.3g}; "
         f"one-sided Wilcoxon signed-rank p = {p:.2g})."
+    )
+
+
+def _mirror(runs: pd.DataFrame) -> str | None:
+    """The blow-up rule run the other way (``proxy`` "twin worse": the fp32 twin ended ≥ 2× the MX
+    run's loss) against the blow-ups, per precision, each with the exact one-sided sign test over the
+    runs where either fired (the two exclude each other) that MX ends the worse side more often; None
+    where the mirror never fires, as at every setting where fp32 trains well."""
+    parents = runs[runs["parent"].isna() & runs["finished"]]
+    if parents.empty or not parents["twin_worse"].any():
+        return None
+    from scipy.stats import binomtest
+
+    each, beyond = [], []
+    for label, g in parents.groupby("label", sort=False):
+        up, worse = int(g["blew_up"].sum()), int(g["twin_worse"].sum())
+        p = binomtest(up, up + worse, alternative="greater").pvalue if up + worse else 1.0
+        each.append(f"{label} {up} / {worse} of {len(g)} (p = {p:.2g})")
+        if p < 0.05:
+            beyond.append(label)
+    return (
+        f"The rule's mirror: how often the fp32 twin ended ≥ {proxy.BLOWUP:g}× the MX run's loss, against "
+        f"the blow-ups (blew up / twin ≥ {proxy.BLOWUP:g}×, with the exact one-sided sign test that MX "
+        f"ends the worse side more often): {'; '.join(each)}. "
+        + (
+            f"Beyond the endpoints' scatter (p < 0.05): {', '.join(beyond)}; for the rest the blow-up "
+            "count alone does not say MX."
+            if beyond
+            else "The endpoints scatter both ways about as often: the blow-up count alone does not say MX."
+        )
     )
 
 
@@ -1445,9 +1483,11 @@ def _gamma_format_block(
 def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, str]) -> None:
     """``src``'s precisions trained from init on ``base``'s seeds and LRs, each set against a precision
     of ``base`` pair by pair of (LR, seed): per LR and over all, the blow-ups of each, the pairs where
-    only one blew up (exact McNemar, one-sided: fewer here), and in how many pairs the fp32 twins (one
-    trajectory per seed and LR) agree to the bit; a precision that ``base`` ran too is the same-machine
-    check, whose runs must then end at ``base``'s val loss to the bit. One figure per LR."""
+    only one blew up (exact McNemar, two-sided: the predictions go both ways), the rule's mirror on
+    each side and in how many pairs the fp32 twins (one trajectory per seed and LR) agree to the bit; a
+    precision that ``base`` ran too is the same-machine check, whose runs must then end at ``base``'s
+    val loss to the bit. ``base`` may be ``src`` itself (fresh seeds, each precision against one of its
+    own). One figure per LR."""
     from scipy.stats import binomtest
 
     here = src.runs[src.runs["parent"].isna() & src.runs["finished"]]
@@ -1473,10 +1513,13 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
                     "seeds": int(at.sum()),
                     "blew up (here / there)": f"{int(up_a.sum())} / {int(up_b.sum())}",
                     "only there / only here": f"{n_b} / {n_a}",
-                    "p (McNemar, one-sided)": binomtest(n_b, n_a + n_b, alternative="greater").pvalue
+                    "p (McNemar)": binomtest(n_b, n_a + n_b).pvalue
                     if n_a + n_b
                     else 1.0,
                     "twins equal to the bit": f"{int(pair.twins_equal[at].sum())}/{int(at.sum())}",
+                    f"twin ≥ {proxy.BLOWUP:g}× run (here / there)": (
+                        f"{int(a['twin_worse'][at].sum())} / {int(b['twin_worse'][at].sum())}"
+                    ),
                     "final / twin (here / there, median)": (
                         f"{a['ratio'][at].median():.3g} / {b['ratio'][at].median():.3g}"
                     ),
@@ -1489,15 +1532,24 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
             repeats.append(f"`{label}` in {int(same.sum())} of {len(a)}")
     if not rows:
         return
+    what = (
+        "Fresh seeds, each precision from init beside its fp32 twin, set against the sweep's own runs pair "
+        "by pair (same LR, seed, init and batches):"
+        if base is src
+        else f"`{base.name}`'s seeds and LRs retrained from init in each precision beside its fp32 twin, "
+        "set against its runs pair by pair (same LR, seed, init and batches):"
+    )
     doc.add(
         f"**The interventions' precisions from init** (`{src.name}`: `{src.command}`, records "
         f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
-        f"set before it ran). `{base.name}`'s seeds and LRs retrained from init in each precision beside "
-        "its fp32 twin, set against its runs pair by pair (same LR, seed, init and batches):",
+        f"set before it ran). {what}",
         "",
         md_table(pd.DataFrame(rows)),
         "",
     )
+    mirror = _mirror(here)
+    if mirror:
+        doc.add(mirror, "")
     if repeats:
         doc.add(
             f"Retrained in the same precision, the runs end at `{base.name}`'s val loss to the bit (or both "

@@ -71,9 +71,37 @@ def test_outcome_tables(runs):
     t = proxy.outcomes(runs).set_index("variant")
     assert t.loc["mx_ln", "seeds"] == 3 and t.loc["mx_ln", "blew up"] == 2 and t.loc["mx_ln", "stable"] == 1
     assert t.loc["mx_ln", "twin stable"] == "2/3" and t.loc["mx_none", "stable"] == 1
+    assert t.loc["mx_ln", "twin ≥ 2× run"] == 0
+    assert t.loc["mx_ln", "twin final (median)"] == pytest.approx(0.03)
     b = proxy.branch_outcomes(runs).set_index("intervention")
     assert b.loc["no_mx", "avoided blow-up"] == 1 and b.loc["bf16_acts", "blew up"] == 1
     assert b.loc["no_mx", "parents that blew up"] == 1
+
+
+def test_the_rules_mirror_counts_twins_that_ended_worse_and_tests_the_sign():
+    """The blow-up rule run the other way: a twin that ended ≥ 2× its run's loss counts (a diverged run
+    never does); where it fires, results.md sets the blow-ups against it with the exact sign test, and
+    says nothing where it never fires."""
+    from analysis.results import _mirror
+
+    rows = [
+        _run("a", "mx", 0, final=0.09, twin=0.03),  # 3× its twin: blew up
+        _run("b", "mx", 1, final=0.01, twin=0.03),  # its twin 3× it: the mirror
+        _run("c", "mx", 2, final=0.015, twin=0.03),  # exactly 2×: the mirror too (as ≥ 2× is a blow-up)
+        _run("d", "mx", 3, final=math.nan, twin=0.03, status="diverged"),
+        _run("e", "mx", 4, final=0.03, twin=0.03),
+    ]
+    runs = proxy.proxy_runs(pd.DataFrame(rows))
+    assert list(runs["twin_worse"]) == [False, True, True, False, False]
+    assert proxy.outcomes(runs).set_index("variant").loc["mx", "twin ≥ 2× run"] == 2
+    text = _mirror(runs)
+    # 2 blow-ups against 2 mirrors: P(X ≥ 2 | 4, 1/2) = 11/16
+    assert "mx 2 / 2 of 5 (p = 0.69)" in text and "does not say MX" in text
+    # seven blow-ups against none: P(X ≥ 7 | 7, 1/2) = 1/128, beyond the scatter
+    more = [_run(f"u{i}", "fwd", i, final=0.09, twin=0.03) for i in range(7)]
+    text = _mirror(proxy.proxy_runs(pd.DataFrame([*rows, *more])))
+    assert "fwd 7 / 0 of 7 (p = 0.0078)" in text and "Beyond the endpoints' scatter (p < 0.05): fwd;" in text
+    assert _mirror(runs[runs["run"].isin(["a", "d", "e"])]) is None
 
 
 def test_branch_points_by_the_sweepers_rule():
@@ -1362,8 +1390,9 @@ def test_the_interventions_precisions_from_init_are_paired_by_lr_and_seed(tmp_pa
             )
             bf16 = (lr, seed) == (0.032, 3)  # bf16 activations blew up only where full MX did not
             kw["recovered"] = False if bf16 else None
+            low = 0.01 if (lr, seed) == (0.064, 3) else 0.03  # its twin ends 3× it: the rule's mirror
             rows.append(
-                _run(f"b_{lr}_s{seed}", "mx_bf16a", seed, final=0.5 if bf16 else 0.03, twin=0.03,
+                _run(f"b_{lr}_s{seed}", "mx_bf16a", seed, final=0.5 if bf16 else low, twin=0.03,
                      spike=300 if bf16 else None, **kw)
             )  # fmt: skip
     base = _source(tmp_path, "proxy_mechanism_d128_swiglu_hi", base_rows, "")
@@ -1372,9 +1401,17 @@ def test_the_interventions_precisions_from_init_are_paired_by_lr_and_seed(tmp_pa
     _from_init_block(doc, src, base, {"mx_ln_none": "mx_ln_none", "mx_bf16a": "mx_ln_none"})
     text = "\n".join(doc.lines)
     against = "`proxy_mechanism_d128_swiglu_hi` mx_ln_none"
-    assert f"| mx_bf16a | {against} | 0.032 | 4 | 1 / 1 | 1 / 1 | 0.75 | 4/4 |" in text
-    assert f"| mx_bf16a | {against} | 0.064 | 4 | 0 / 2 | 2 / 0 | 0.25 | 4/4 |" in text
-    # over all 8 pairs: 3 only with full MX, 1 only with bf16 activations: P(X ≥ 3 | 4, 1/2) = 5/16
-    assert f"| mx_bf16a | {against} | all | 8 | 1 / 3 | 3 / 1 | 0.3125 | 8/8 |" in text
+    assert f"| mx_bf16a | {against} | 0.032 | 4 | 1 / 1 | 1 / 1 | 1 | 4/4 |" in text
+    assert f"| mx_bf16a | {against} | 0.064 | 4 | 0 / 2 | 2 / 0 | 0.5 | 4/4 | 1 / 0 |" in text
+    # over all 8 pairs: 3 only with full MX, 1 only with bf16 activations: two-sided 2 · 5/16
+    assert f"| mx_bf16a | {against} | all | 8 | 1 / 3 | 3 / 1 | 0.625 | 8/8 |" in text
     assert f"| mx_ln_none | {against} | all | 8 | 3 / 3 | 0 / 0 | 1 | 8/8 |" in text
     assert "`mx_ln_none` in 8 of 8 pairs" in text
+    assert "mx_bf16a 1 / 1 of 8 (p = 0.75)" in text  # the mirror, per precision
+    # fresh seeds: the sweep set against its own full-MX runs (FROM_INIT's base is the sweep itself)
+    doc = _Doc(tmp_path / "fresh.md")
+    _from_init_block(doc, src, src, {"mx_bf16a": "mx_ln_none"})
+    text = "\n".join(doc.lines)
+    assert "Fresh seeds, each precision from init" in text and "retrained" not in text
+    own = "`proxy_mechanism_d128_swiglu_source` mx_ln_none"
+    assert f"| mx_bf16a | {own} | all | 8 | 1 / 3 | 3 / 1 | 0.625 | 8/8 |" in text
