@@ -1513,9 +1513,7 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
                     "seeds": int(at.sum()),
                     "blew up (here / there)": f"{int(up_a.sum())} / {int(up_b.sum())}",
                     "only there / only here": f"{n_b} / {n_a}",
-                    "p (McNemar)": binomtest(n_b, n_a + n_b).pvalue
-                    if n_a + n_b
-                    else 1.0,
+                    "p (McNemar)": binomtest(n_b, n_a + n_b).pvalue if n_a + n_b else 1.0,
                     "twins equal to the bit": f"{int(pair.twins_equal[at].sum())}/{int(at.sum())}",
                     f"twin ≥ {proxy.BLOWUP:g}× run (here / there)": (
                         f"{int(a['twin_worse'][at].sum())} / {int(b['twin_worse'][at].sum())}"
@@ -2007,6 +2005,7 @@ def _source_search_rows(src: Source) -> list[dict[str, Any]]:
                 "late blow-ups": int((onsets > steps / 2).sum()),
                 "onset steps": ", ".join(f"{t:.0f}" for t in sorted(onsets)) or "–",
                 "fp32 twin stable": f"{int(twins.sum())}/{len(twins)}" if len(twins) else "–",
+                f"twin ≥ {proxy.BLOWUP:g}× run": int(g["twin_worse"].sum()),
                 "final / twin (median)": float(g["ratio"].median()),
                 "γ clamped (run median)": _clamped(src.cur, g["run"]),
             }

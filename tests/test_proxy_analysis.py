@@ -436,13 +436,13 @@ def test_the_search_log_tells_settings_apart(tmp_path, field, column, default, o
     rows = [
         _run("old_s0", "mx_ln", 0, final=0.03, twin=0.03, **shape),
         _run("new_s0", "mx_ln", 0, final=0.09, twin=0.03, **shape, **{field: other}),
-        _run("new_s1", "mx_ln", 1, final=0.03, twin=0.03, **shape, **{field: other}),
+        _run("new_s1", "mx_ln", 1, final=0.01, twin=0.03, **shape, **{field: other}),  # the twin 3× it
     ]
     rows[0].pop(field, None)
     src = Source("proxy_released_search", "python launch.py -m experiment=proxy_released_search", tmp_path)
     src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
-    got = {r[column]: (r["seeds"], r["blew up"]) for r in _source_search_rows(src)}
-    assert got == {default: (1, 0), other: (2, 1)}
+    got = {r[column]: (r["seeds"], r["blew up"], r["twin ≥ 2× run"]) for r in _source_search_rows(src)}
+    assert got == {default: (1, 0, 0), other: (2, 1, 1)}
 
 
 def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
