@@ -693,7 +693,7 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     if handles:
         per_row = 4 * max(1, len(variants))  # ~4 "seed n" entries fit under one 4.6-inch column
         fig.legend(handles, labels, loc="outside lower center", ncols=min(per_row, len(handles)), fontsize=9)
-    _suptitle(fig, "Proxy: MX with LayerNorm γ quantized against its fp32 twin (× : blew up)", fontsize=11)
+    _suptitle(fig, "Proxy: each MX precision against its fp32 twin (× : blew up)", fontsize=11)
     return fig
 
 

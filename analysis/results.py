@@ -366,7 +366,8 @@ class _Verdict:
     k: int
     n: int
     rates: dict[str, str] = field(default_factory=dict)
-    """The counts behind it, "k/n": γ in E4M3 blew up, γ unquantized blew up, fp32 twin not stable."""
+    """The counts behind it, "k/n": γ in E4M3 blew up, γ unquantized blew up, fp32 twin not stable, and
+    the rule's mirror (the twin ended ≥ 2× the γ-in-E4M3 run)."""
 
 
 def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
@@ -408,6 +409,7 @@ def _mechanism_verdict(runs: pd.DataFrame) -> _Verdict:
         "γ in E4M3 blew up": f"{k}/{n}",
         "γ unquantized blew up": f"{none_bad}/{len(none)}" if len(none) else "–",
         "fp32 twin not stable": f"{twin_bad}/{len(twins)}" if len(twins) else "–",
+        f"twin ≥ {proxy.BLOWUP:g}× γ-in-E4M3 run": f"{int(ln['twin_worse'].sum())}/{n}",
     }
     return _Verdict(verdict, sentence, fisher, k, n, rates)
 
@@ -733,10 +735,11 @@ def _mirror(runs: pd.DataFrame) -> str | None:
         f"the blow-ups (blew up / twin ≥ {proxy.BLOWUP:g}×, with the exact one-sided sign test that MX "
         f"ends the worse side more often): {'; '.join(each)}. "
         + (
-            f"Beyond the endpoints' scatter (p < 0.05): {', '.join(beyond)}; for the rest the blow-up "
-            "count alone does not say MX."
+            f"MX ends the worse side beyond the endpoints' scatter (p < 0.05) in {', '.join(beyond)}; for "
+            "the rest the blow-up count alone does not say MX."
             if beyond
-            else "The endpoints scatter both ways about as often: the blow-up count alone does not say MX."
+            else "In no precision does MX end the worse side beyond the endpoints' scatter (p ≥ 0.05 each): "
+            "here the blow-up count alone does not say MX."
         )
     )
 
