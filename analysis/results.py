@@ -341,6 +341,7 @@ FROM_INIT = {
         "proxy_mechanism_d128_swiglu_fresh",
         {"mx_bf16a": "mx_ln_none", "mx_fwd": "mx_ln_none"},
     ),
+    "proxy_mechanism_d128_fwd": ("proxy_mechanism_d128", {"mx_fwd": "mx_ln_none"}),
 }
 """1.3's interventions held from init (conf/experiment/): a sweep that retrains another sweep's seeds at
 its LRs in the precisions the interventions switch to (bf16 activations, forward-only MX; the same
@@ -1504,7 +1505,8 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
             continue
         a, b = pair.a, pair.b
         lrs = a.index.get_level_values("train.lr")
-        for lr in [*sorted(set(lrs)), None]:
+        # over all LRs only where there are several (one LR's row is already the whole sweep)
+        for lr in [*sorted(set(lrs)), None] if len(set(lrs)) > 1 else sorted(set(lrs)):
             at = np.ones(len(a), bool) if lr is None else np.asarray(lrs == lr)
             up_a, up_b = a["blew_up"][at], b["blew_up"][at]
             n_b, n_a = int((up_b & ~up_a).sum()), int((up_a & ~up_b).sum())

@@ -94,6 +94,7 @@ TINY = {
     "proxy_mechanism_d128_swiglu_hi": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_swiglu_source": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_swiglu_fresh": [*TINY_PROXY, "model.width=16", "sweep.seeds=[8]"],
+    "proxy_mechanism_d128_fwd": [*TINY_PROXY, "model.width=16", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_beta95": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_beta99": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_beta95": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
@@ -182,6 +183,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_swiglu_hi": (16, 0),  # SwiGLU, seeds 0–7, × 2 higher LRs
     "proxy_mechanism_d128_swiglu_source": (24, 0),  # seeds 0–7 × 3 precisions, × swiglu_hi's 2 LRs
     "proxy_mechanism_d128_swiglu_fresh": (24, 0),  # fresh seeds 8–15 × 3 precisions, × the 2 LRs
+    "proxy_mechanism_d128_fwd": (16, 0),  # forward-only MX on seeds 0–15, one LR
     "proxy_mechanism_d128_beta95": (32, 0),  # Adam β2 0.95; branches planned from the parents' records
     "proxy_mechanism_d128_beta99": (32, 0),  # Adam β2 0.99; branches planned from the parents' records
     "proxy_mechanism_beta95": (16, 0),  # proxy_mechanism at Adam β2 0.95, phase 1 only
@@ -259,6 +261,7 @@ VARIANTS = {
     "proxy_mechanism_d128_swiglu_hi": "proxy_mechanism_d128_swiglu",
     "proxy_mechanism_d128_swiglu_source": "proxy_mechanism_d128_swiglu_hi",
     "proxy_mechanism_d128_swiglu_fresh": "proxy_mechanism_d128_swiglu_source",
+    "proxy_mechanism_d128_fwd": "proxy_mechanism_d128_lr",
     "proxy_mechanism_d128_beta95": "proxy_mechanism_d128",
     "proxy_mechanism_d128_beta99": "proxy_mechanism_d128_beta95",
     "proxy_mechanism_beta95": "proxy_mechanism",

@@ -1417,3 +1417,9 @@ def test_the_interventions_precisions_from_init_are_paired_by_lr_and_seed(tmp_pa
     assert "Fresh seeds, each precision from init" in text and "retrained" not in text
     own = "`proxy_mechanism_d128_swiglu_source` mx_ln_none"
     assert f"| mx_bf16a | {own} | all | 8 | 1 / 3 | 3 / 1 | 0.625 | 8/8 |" in text
+    # one LR: its row is the whole sweep, no "all" row repeating it
+    one = _source(tmp_path, "proxy_mechanism_d128_fwd", [r for r in rows if r["train.lr"] == 0.032], "")
+    doc = _Doc(tmp_path / "one.md")
+    _from_init_block(doc, one, base, {"mx_bf16a": "mx_ln_none"})
+    text = "\n".join(doc.lines)
+    assert f"| mx_bf16a | {against} | 0.032 | 4 | 1 / 1 | 1 / 1 | 1 | 4/4 |" in text and "| all |" not in text
