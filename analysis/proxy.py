@@ -435,7 +435,6 @@ def paired_steps(source: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per precision of ``step_source``'s frame other than ``reference``: on the seeds both ran, how
     often its normalized step is below the reference precision's of the same seed (same init, same
     batches), the median ratio, and a two-sided sign test."""
-    from scipy.stats import binomtest
 
     if source.empty or reference not in set(source["label"]):
         return pd.DataFrame()
@@ -451,7 +450,7 @@ def paired_steps(source: pd.DataFrame, reference: str) -> pd.DataFrame:
                 "seeds": len(both),
                 f"below {reference}": f"{lower}/{n}",
                 f"step / {reference}'s (median)": float((both[label] / both[reference]).median()),
-                "sign test p": binomtest(lower, n).pvalue if n else np.nan,
+                "sign test p": exact_p(lower, n) if n else np.nan,  # no pair differs: no test
             }
         )
     return pd.DataFrame(rows)
@@ -517,6 +516,17 @@ def cosine_by_seed(runs: pd.DataFrame, cur: pd.DataFrame, start: int = WINDOW) -
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows).pivot_table(index="seed", columns="variant", values="cos").reset_index()
+
+
+def exact_p(k: int, n: int, alternative: str = "two-sided") -> float:
+    """Exact binomial p of ``k`` of ``n`` fair coin flips: the sign test over the pairs that differ, and
+    McNemar's test over the discordant pairs (``alternative="greater"``: more than half went ``k``'s
+    way). 1 where nothing differs (n = 0): no evidence either way."""
+    if not n:
+        return 1.0
+    from scipy.stats import binomtest
+
+    return float(binomtest(k, n, alternative=alternative).pvalue)
 
 
 def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
@@ -612,7 +622,6 @@ def paired_rescues(branches: pd.DataFrame, variant: str, against: str) -> pd.Dat
     """``variant`` against ``against`` on the same parents, per branch point: of the parents branched
     into both (finished), how many each avoided the blow-up in, and how many only one did; the exact
     McNemar p (two-sided binomial test on those discordant parents: is one more often the rescue?)."""
-    from scipy.stats import binomtest
 
     done = branches[branches["finished"] & branches["variant"].isin([variant, against])]
     points = "branch_at" in done and done["branch_at"].notna().any()
@@ -633,7 +642,7 @@ def paired_rescues(branches: pd.DataFrame, variant: str, against: str) -> pd.Dat
                 f"{against} avoided": int(wide[against].sum()),
                 f"only {variant}": only_v,
                 f"only {against}": only_a,
-                "p (exact McNemar)": float(binomtest(only_v, n).pvalue) if n else 1.0,
+                "p (exact McNemar)": exact_p(only_v, n),
             }
         )
     return pd.DataFrame(rows)

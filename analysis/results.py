@@ -558,11 +558,9 @@ def _edge_lr_block(
         md_table(proxy.outcomes(runs)),
         "",
     )
-    if v.fisher:
-        doc.add(v.fisher, "")
-    mirror = _mirror(runs)
-    if mirror:
-        doc.add(mirror, "")
+    for line in (v.fisher, _mirror(runs)):
+        if line:
+            doc.add(line, "")
     paired = _paired_ratio(runs)
     if paired:
         doc.add(paired, "")
@@ -722,12 +720,11 @@ def _mirror(runs: pd.DataFrame) -> str | None:
     parents = runs[runs["parent"].isna() & runs["finished"]]
     if parents.empty or not parents["twin_worse"].any():
         return None
-    from scipy.stats import binomtest
 
     each, beyond = [], []
     for label, g in parents.groupby("label", sort=False):
         up, worse = int(g["blew_up"].sum()), int(g["twin_worse"].sum())
-        p = binomtest(up, up + worse, alternative="greater").pvalue if up + worse else 1.0
+        p = proxy.exact_p(up, up + worse, alternative="greater")
         each.append(f"{label} {up} / {worse} of {len(g)} (p = {p:.2g})")
         if p < 0.05:
             beyond.append(label)
@@ -779,8 +776,9 @@ def proxy_claims(
             "1.1 MX with LayerNorm γ in E4M3 blows up where fp32 does not (proxy)", v.verdict, rule, mech
         )
         doc.add(v.sentence, "", md_table(proxy.outcomes(runs)), "")
-        if v.fisher:
-            doc.add(v.fisher, "")
+        for line in (v.fisher, _mirror(runs)):
+            if line:
+                doc.add(line, "")
         times = proxy.step_times(runs)
         if not times.empty:
             doc.add(
@@ -1263,7 +1261,7 @@ def _intervention_block(doc: _Doc, src: Source, result: _Interventions, fig: str
 def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
     """Adam's state before and at the blow-up, and right after each optimizer branch (records that log
     ``train.optim.adam_stats``; ``analysis.proxy.adam_state``, ``adam_after_branch``)."""
-    from scipy.stats import binomtest, mannwhitneyu
+    from scipy.stats import mannwhitneyu
 
     from analysis import plots
 
@@ -1332,7 +1330,7 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
     for (name, sibling), g in pairs.groupby(["variant", "sibling"], sort=False) if not pairs.empty else ():
         worse, tied = int((g["ratio"] > 1).sum()), int((g["ratio"] == 1).sum())
         n = len(g) - tied
-        sign = binomtest(worse, n).pvalue if n else 1.0
+        sign = proxy.exact_p(worse, n)
         doc.add(
             f"`{name}` against `{sibling}` (fp32 from the same checkpoint with the same optimizer settings) "
             f"on {len(g)} parents: final val loss {g['ratio'].median():.3g}× its fp32 sibling's (median; "
@@ -1365,7 +1363,6 @@ def _paired(
 ) -> _Paired | None:
     """``_Paired`` of ``a_label``'s rows against ``b_label``'s, matched on ``keys`` (the seed; with
     ``train.lr`` too where the sweeps ran several LRs on the same seeds); None where they share none."""
-    from scipy.stats import binomtest
 
     a = a_rows[a_rows["label"] == a_label].set_index(list(keys))
     b = b_rows[b_rows["label"] == b_label].set_index(list(keys))
@@ -1375,7 +1372,7 @@ def _paired(
     a, b = a.loc[seeds], b.loc[seeds]
     only_b, only_a = int((b["blew_up"] & ~a["blew_up"]).sum()), int((a["blew_up"] & ~b["blew_up"]).sum())
     n = only_a + only_b
-    p = binomtest(only_b, n, alternative="greater").pvalue if n else 1.0
+    p = proxy.exact_p(only_b, n, alternative="greater")
     return _Paired(a, b, only_b, only_a, p, a["twin_final_val_loss"] == b["twin_final_val_loss"])
 
 
@@ -1492,7 +1489,6 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
     precision that ``base`` ran too is the same-machine check, whose runs must then end at ``base``'s
     val loss to the bit. ``base`` may be ``src`` itself (fresh seeds, each precision against one of its
     own). One figure per LR."""
-    from scipy.stats import binomtest
 
     here = src.runs[src.runs["parent"].isna() & src.runs["finished"]]
     there = base.runs[base.runs["parent"].isna() & base.runs["finished"]]
@@ -1505,8 +1501,10 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
             continue
         a, b = pair.a, pair.b
         lrs = a.index.get_level_values("train.lr")
-        # over all LRs only where there are several (one LR's row is already the whole sweep)
-        for lr in [*sorted(set(lrs)), None] if len(set(lrs)) > 1 else sorted(set(lrs)):
+        levels: list[float | None] = sorted(set(lrs))
+        if len(levels) > 1:  # over all LRs too (one LR's row is already the whole sweep)
+            levels.append(None)
+        for lr in levels:
             at = np.ones(len(a), bool) if lr is None else np.asarray(lrs == lr)
             up_a, up_b = a["blew_up"][at], b["blew_up"][at]
             n_b, n_a = int((up_b & ~up_a).sum()), int((up_a & ~up_b).sum())
@@ -1518,7 +1516,7 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
                     "seeds": int(at.sum()),
                     "blew up (here / there)": f"{int(up_a.sum())} / {int(up_b.sum())}",
                     "only there / only here": f"{n_b} / {n_a}",
-                    "p (McNemar)": binomtest(n_b, n_a + n_b).pvalue if n_a + n_b else 1.0,
+                    "p (McNemar)": proxy.exact_p(n_b, n_a + n_b),
                     "twins equal to the bit": f"{int(pair.twins_equal[at].sum())}/{int(at.sum())}",
                     f"twin ≥ {proxy.BLOWUP:g}× run (here / there)": (
                         f"{int(a['twin_worse'][at].sum())} / {int(b['twin_worse'][at].sum())}"
@@ -1575,7 +1573,6 @@ def _pooled_same_machine(pairs: Sequence[_Paired]) -> str | None:
     path, so each seed is one trajectory up to the precision): blow-ups on each side, the seeds where
     only one blew up and the exact one-sided McNemar p that fewer blew up on side ``a``; None where
     fewer than two such pairs exist (a single pair is its own row already)."""
-    from scipy.stats import binomtest
 
     same = [p for p in pairs if len(p.twins_equal) and bool(p.twins_equal.all())]
     if len(same) < 2:
@@ -1583,7 +1580,7 @@ def _pooled_same_machine(pairs: Sequence[_Paired]) -> str | None:
     n = sum(len(p.a) for p in same)
     a_up, b_up = sum(int(p.a["blew_up"].sum()) for p in same), sum(int(p.b["blew_up"].sum()) for p in same)
     only_b, only_a = sum(p.only_b for p in same), sum(p.only_a for p in same)
-    pv = binomtest(only_b, only_a + only_b, alternative="greater").pvalue if only_a + only_b else 1.0
+    pv = proxy.exact_p(only_b, only_a + only_b, alternative="greater")
     return (
         f"Pooled over the {len(same)} same-machine pairings above (fp32 twins equal to the bit in every "
         f"seed; {n} seeds): γ in bf16 blew up in {a_up}, γ in E4M3 in {b_up}; only with γ in E4M3 {only_b}, "
@@ -1597,7 +1594,7 @@ def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source |
     that blew up took larger steps, whatever their precision; whether the twins, one fp32
     trajectory per seed trained once per precision, agree to the bit; and, for a sweep on fresh seeds
     (``trained``: the sweep that fixed it), how well the step threshold predicts its blow-ups."""
-    from scipy.stats import binomtest, mannwhitneyu
+    from scipy.stats import mannwhitneyu
 
     from analysis import plots
 
@@ -1692,7 +1689,7 @@ def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source |
         twin_ok = r["twin_stable"].astype(bool)
         only_run, only_twin = int((r["blew_up"] & twin_ok).sum()), int((~r["blew_up"] & ~twin_ok).sum())
         n = only_run + only_twin
-        sign = binomtest(only_run, n).pvalue if n else 1.0
+        sign = proxy.exact_p(only_run, n)
         doc.add(
             f"`{label}` blew up in {int(r['blew_up'].sum())} of {len(r)} seeds, its fp32 twins were "
             f"unstable in {int((~twin_ok).sum())}; the run alone in {only_run}, the twin alone in "

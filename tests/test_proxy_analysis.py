@@ -105,6 +105,37 @@ def test_the_rules_mirror_counts_twins_that_ended_worse_and_tests_the_sign():
     assert _mirror(runs[runs["run"].isin(["a", "d", "e"])]) is None
 
 
+def test_claim_1_1s_own_sweep_sets_its_blow_ups_against_the_mirror(tmp_path):
+    """1.1's main sweep gets the same mirror sentence as every re-run of its comparison (it had none)."""
+    from analysis.results import Source, _Doc, proxy_claims
+
+    (tmp_path / "proxy_mechanism").mkdir()
+    (tmp_path / "proxy_mechanism" / "multirun.yaml").write_text("model:\n  width: 256\ntrain:\n  lr: 0.004\n")
+    mech = Source(
+        "proxy_mechanism", "python launch.py -m experiment=proxy_mechanism", tmp_path / "proxy_mechanism"
+    )
+    rows = [
+        _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03),
+        _run("ln_s1", "mx_ln", 1, final=0.01, twin=0.03),  # its twin ended 3× it
+        _run("none_s0", "mx_none", 0, final=0.03, twin=0.03, norm_affine="none"),
+        _run("none_s1", "mx_none", 1, final=0.03, twin=0.03, norm_affine="none"),
+    ]
+    shape = {
+        "train.lr": 0.004,
+        "train.steps": 2000,
+        "model.width": 256,
+        "model.depth": 4,
+        "train.batch_size": 256,
+    }
+    mech.df = pd.DataFrame([{**r, **shape} for r in rows])
+    mech.__dict__["runs"] = proxy.proxy_runs(mech.df)
+    doc = _Doc(tmp_path / "results.md")
+    proxy_claims(doc, mech, [], Source("none", "", tmp_path / "none"), [])
+    text = "\n".join(doc.lines)
+    claim = text[text.index("### 1.1") : text.index("### 1.2")]
+    assert "The rule's mirror" in claim and "mx_ln 1 / 1 of 2 (p = 0.75)" in claim
+
+
 def test_branch_points_by_the_sweepers_rule():
     """Branches of ln_s0 (first spike at 300, checkpoints every 100) at 0.4 × → step 100 and 0.75 × →
     step 200: each branch gets the fraction that put it there; outcomes are grouped by it."""
