@@ -529,6 +529,17 @@ def exact_p(k: int, n: int, alternative: str = "two-sided") -> float:
     return float(binomtest(k, n, alternative=alternative).pvalue)
 
 
+def rate_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a rate seen as ``k`` of ``n``: where the true blow-up rate
+    can lie. Its width shrinks only as 1/√n: 8 of 16 leaves 0.25–0.75, too wide to tell 1/2 from 2/3."""
+    if not n:
+        return 0.0, 1.0
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
 def outcomes(runs: pd.DataFrame) -> pd.DataFrame:
     """Per phase-1 variant (the precision of the parents): seeds, how many blew up (diverged or ≥ 2×
     the twin), how many are stable, how many twins are stable, how many twins ended ≥ 2× the run (the

@@ -224,6 +224,7 @@ EDGE = (
     "proxy_mechanism_lr5",
     "proxy_mechanism_lr_fine",
     "proxy_mechanism_seeds",
+    "proxy_mechanism_seeds16",
     "proxy_mechanism_d128",
     "proxy_mechanism_d128_b64",
     "proxy_mechanism_d128_b1024",
@@ -424,6 +425,8 @@ def _edge_block(
     also pooled with its phase 1. ``pilots``: a re-run's name → the pilot sweep that chose its setting
     (``PILOT``), which says whether the re-run is a pre-registered test."""
     by_name = {s.name: s for s in (*edges, *([mech] if mech is not None else []))}
+    # fresh seeds at mech's setting pool with mech's phase 1 and with every replication before them
+    pool = [(mech, mech.runs[mech.runs["parent"].isna()])] if mech is not None and mech.ran else []
     for src in edges:
         runs = src.runs
         if runs.empty or runs["parent"].isna().sum() == 0:
@@ -436,7 +439,7 @@ def _edge_block(
         lrs = sorted(runs["train.lr"].dropna().unique()) if "train.lr" in runs else []
         for lr in lrs if len(lrs) > 1 else [None]:
             at = runs if lr is None else runs[runs["train.lr"] == lr]
-            _edge_lr_block(doc, src, at, mech, (pilots or {}).get(src.name), lr)
+            _edge_lr_block(doc, src, at, mech, (pilots or {}).get(src.name), lr, pool)
         base = by_name.get(ONE_FACTOR.get(src.name, ""))
         if base is not None:
             _one_factor_block(doc, src, runs, base)
@@ -526,10 +529,17 @@ def _one_factor_block(doc: _Doc, src: Source, runs: pd.DataFrame, base: Source) 
 
 
 def _edge_lr_block(
-    doc: _Doc, src: Source, runs: pd.DataFrame, mech: Source | None, pilot: Source | None, lr: float | None
+    doc: _Doc,
+    src: Source,
+    runs: pd.DataFrame,
+    mech: Source | None,
+    pilot: Source | None,
+    lr: float | None,
+    pool: list[tuple[Source, pd.DataFrame]] | None = None,
 ) -> None:
     """``_edge_block`` for the finished runs of ``src`` at one learning rate (``lr``: one of several
-    the sweep ran, named in its figure; None: the sweep's only one)."""
+    the sweep ran, named in its figure; None: the sweep's only one). ``pool``: (sweep, phase-1 runs) at
+    ``mech``'s setting so far, ``mech`` first; fresh seeds there join it and are reported pooled."""
     if not runs["norm_affine"].ne("none").any():  # no γ-in-E4M3 run finished: nothing to judge yet
         return
     v = _mechanism_verdict(runs)
@@ -574,14 +584,36 @@ def _edge_lr_block(
             f"MX vs fp32 twin ({src.name}{'' if lr is None else f', lr {lr:g}'})",
         )
     if same_setting:
-        first = mech.runs[mech.runs["parent"].isna()]
-        pooled = _mechanism_verdict(pd.concat([first, runs[runs["parent"].isna()]]))
-        seeds = _seed_list([int(x) for x in first["seed"].dropna().unique()])
-        doc.add(
-            f"Pooled with `{mech.name}`'s seeds {seeds} ({pooled.n} seeds): {pooled.sentence} "
-            f"{pooled.fisher}",
-            "",
-        )
+        pool = pool if pool is not None else [(mech, mech.runs[mech.runs["parent"].isna()])]
+        pool.append((src, runs[runs["parent"].isna()]))
+        _pooled_block(doc, pool)
+
+
+def _pooled_block(doc: _Doc, pool: Sequence[tuple[Source, pd.DataFrame]]) -> None:
+    """The last sweep of ``pool`` (fresh seeds at the first's setting) pooled with the ones before it:
+    1.1's counts over every seed, the rule's mirror over them, and where γ in E4M3's blow-up rate can
+    lie (95% Clopper-Pearson interval) against the rule's 2/3: only enough seeds tell the two apart."""
+    runs = pd.concat([r for _, r in pool])
+    v = _mechanism_verdict(runs)
+    before = " and ".join(
+        f"`{src.name}`'s seeds {_seed_list([int(x) for x in r['seed'].dropna().unique()])}"
+        for src, r in pool[:-1]
+    )
+    lo, hi = proxy.rate_interval(v.k, v.n)
+    where = (
+        "which holds the rule's 2/3: these seeds cannot tell its rate from the rule's"
+        if lo <= 2 / 3 <= hi
+        else "which ends below the rule's 2/3: its rate is excluded at this setting"
+        if hi < 2 / 3
+        else "which starts above the rule's 2/3"
+    )
+    doc.add(
+        f"Pooled with {before} ({v.n} seeds): {v.sentence} {v.fisher} γ in E4M3 blew up at a rate of "
+        f"{v.k}/{v.n} = {v.k / v.n:.2f}, 95% Clopper-Pearson interval {lo:.2f}–{hi:.2f}, {where}.",
+        "",
+    )
+    if (mirror := _mirror(runs)) is not None:
+        doc.add(f"Pooled, {mirror[0].lower()}{mirror[1:]}", "")
 
 
 def _lr(src: Source, runs: pd.DataFrame | None) -> Any:

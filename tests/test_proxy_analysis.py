@@ -321,6 +321,59 @@ def test_the_mechanism_rule_and_its_run_at_another_learning_rate(tmp_path):
     assert doc.lines == [f"`{src.name}`: 1 run(s) not finished yet; counts below are the finished.", ""]
 
 
+def test_the_rate_interval_is_clopper_pearson():
+    """Where a blow-up rate seen as k of n can lie: the exact binomial interval (8 of 16 cannot tell
+    1/2 from 1.1's 2/3; 15 of 32 can), and all of [0, 1] when nothing ran."""
+    lo, hi = proxy.rate_interval(8, 16)
+    assert (round(lo, 4), round(hi, 4)) == (0.2465, 0.7535)
+    assert proxy.rate_interval(15, 32)[1] < 2 / 3 < proxy.rate_interval(16, 32)[1]
+    assert proxy.rate_interval(0, 0) == (0.0, 1.0)
+
+
+def test_fresh_seed_replications_pool_with_every_sweep_before_them(tmp_path):
+    """Two fresh-seed sweeps at the first sweep's setting: the second's pooled line counts all three
+    sweeps' seeds (not the first's and its own only), says where γ in E4M3's rate can lie against the
+    rule's 2/3, and gives the rule's mirror over the pool."""
+    from analysis.results import Source, _Doc, _edge_block
+
+    def sweep(name, seeds, blown, worse=()):
+        path = tmp_path / name
+        path.mkdir()
+        (path / "multirun.yaml").write_text("train:\n  lr: 0.004\n")
+        rows = []
+        for s in seeds:
+            final = 0.09 if s in blown else 0.01 if s in worse else 0.03  # 3×, 1/3× or 1× the twin
+            rows += [
+                _run(f"ln_s{s}", "mx_ln", s, final=final, twin=0.03),
+                _run(f"none_s{s}", "mx_none", s, final=0.03, twin=0.03, norm_affine="none"),
+            ]
+        src = Source(name, f"python launch.py -m experiment={name}", path)
+        src.df = pd.DataFrame(rows)  # ran
+        src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows))
+        return src
+
+    mech = sweep("proxy_mechanism", range(4), blown={0, 1}, worse={3})
+    edges = [
+        sweep("proxy_mechanism_seeds", range(4, 8), {4, 5}),
+        sweep("proxy_mechanism_seeds16", range(8, 16), {8, 9, 10, 11}),
+    ]
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, edges, mech)
+    text = "\n".join(doc.lines)
+    first = "Pooled with `proxy_mechanism`'s seeds 0–3 (8 seeds)"
+    assert f"{first}: γ/β in E4M3: **4 of 8 seeds blew up**" in text
+    both = "Pooled with `proxy_mechanism`'s seeds 0–3 and `proxy_mechanism_seeds`'s seeds 4–7 (16 seeds)"
+    assert f"{both}: γ/β in E4M3: **8 of 16 seeds blew up**" in text
+    assert "8/16 = 0.50, 95% Clopper-Pearson interval 0.25–0.75, which holds the rule's 2/3" in text
+    assert "Pooled, the rule's mirror:" in text and "mx_ln 8 / 1 of 16 (p = 0.02)" in text
+    # enough seeds and too few blow-ups: the rule's 2/3 is excluded
+    edges.append(sweep("proxy_mechanism_seeds32", range(16, 48), set()))
+    doc = _Doc(tmp_path / "results.md")
+    _edge_block(doc, edges, mech)
+    assert "**8 of 48 seeds blew up**" in "\n".join(doc.lines)
+    assert "which ends below the rule's 2/3: its rate is excluded at this setting" in "\n".join(doc.lines)
+
+
 def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     """1.3's rule is judged at the earliest branch point, on branches of parents that blew up: every
     paper-named intervention avoiding it in ≥ 2/3 → reproduced, some → partially. A re-run sweep with
