@@ -343,6 +343,10 @@ FROM_INIT = {
         {"mx_bf16a": "mx_ln_none", "mx_fwd": "mx_ln_none"},
     ),
     "proxy_mechanism_d128_fwd": ("proxy_mechanism_d128", {"mx_fwd": "mx_ln_none"}),
+    "proxy_mechanism_seeds16_source": (
+        "proxy_mechanism_seeds16",
+        {"ln_only": "mx_ln_e4m3", "mx_bf16a_ln": "mx_ln_e4m3"},
+    ),
 }
 """1.3's interventions held from init (conf/experiment/): a sweep that retrains another sweep's seeds at
 its LRs in the precisions the interventions switch to (bf16 activations, forward-only MX; the same

@@ -81,6 +81,12 @@ TINY = {
     "proxy_mechanism_lr_fine": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_seeds": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[8]"],
     "proxy_mechanism_seeds16": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[16]"],
+    "proxy_mechanism_seeds16_source": [
+        *TINY_PROXY,
+        "model.width=16",
+        "train.ckpt_every=1",
+        "sweep.seeds=[16]",
+    ],
     "proxy_mechanism_d128": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_b1024": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
     "proxy_mechanism_d128_b64": [*TINY_PROXY, "model.width=16", "train.ckpt_every=1", "sweep.seeds=[0]"],
@@ -171,6 +177,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_lr_fine": (8, 0),  # γ in E4M3 only, × the 2 LRs of hydra.sweeper.params
     "proxy_mechanism_seeds": (16, 0),  # phase 1 only
     "proxy_mechanism_seeds16": (32, 0),  # phase 1 only
+    "proxy_mechanism_seeds16_source": (32, 0),  # the clamp alone and bf16 activations, from init
     "proxy_mechanism_d128": (32, 0),  # branches are planned from the parents' records
     "proxy_mechanism_d128_b1024": (16, 0),  # phase 1 only, 4× the batch
     "proxy_mechanism_d128_b64": (32, 0),  # phase 1 only, a quarter of the batch, 16 seeds
@@ -249,6 +256,7 @@ VARIANTS = {
     "proxy_mechanism_lr_fine": "proxy_mechanism",
     "proxy_mechanism_seeds": "proxy_mechanism",
     "proxy_mechanism_seeds16": "proxy_mechanism",
+    "proxy_mechanism_seeds16_source": "proxy_mechanism_seeds16",
     "proxy_mechanism_d128": "proxy_mechanism",
     "proxy_mechanism_d128_early": "proxy_mechanism_d128",
     "proxy_mechanism_d128_b1024": "proxy_mechanism_d128",
