@@ -1576,10 +1576,19 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
         else f"`{base.name}`'s seeds and LRs retrained from init in each precision beside its fp32 twin, "
         "set against its runs pair by pair (same LR, seed, init and batches):"
     )
+    from records import read_mapping
+
+    asked = len((read_mapping(src.path / "manifest.json") or {}).get("asked") or [])
+    unfinished = (
+        f" {asked - len(here)} of its {asked} runs have not finished (the sweep was stopped; its command "
+        "resumes it): the table counts the finished, and the wall time is theirs."
+        if asked > len(here)
+        else ""
+    )
     doc.add(
         f"**The interventions' precisions from init** (`{src.name}`: `{src.command}`, records "
         f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
-        f"set before it ran). {what}",
+        f"set before it ran). {what}{unfinished}",
         "",
         md_table(pd.DataFrame(rows)),
         "",

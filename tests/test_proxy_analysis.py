@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 
@@ -1507,3 +1508,13 @@ def test_the_interventions_precisions_from_init_are_paired_by_lr_and_seed(tmp_pa
     _from_init_block(doc, one, base, {"mx_bf16a": "mx_ln_none"})
     text = "\n".join(doc.lines)
     assert f"| mx_bf16a | {against} | 0.032 | 4 | 1 / 1 | 1 / 1 | 1 | 4/4 |" in text and "| all |" not in text
+    assert "have not finished" not in text  # no manifest: nothing says more were asked
+    # a sweep stopped early: its manifest asked for more runs than finished, and the block says so
+    (one.path / "manifest.json").write_text(
+        json.dumps({"asked": [f"r{i}" for i in range(len(one.runs) + 3)]})
+    )
+    doc = _Doc(tmp_path / "stopped.md")
+    _from_init_block(doc, one, base, {"mx_bf16a": "mx_ln_none"})
+    assert f"3 of its {len(one.runs) + 3} runs have not finished (the sweep was stopped" in "\n".join(
+        doc.lines
+    )
