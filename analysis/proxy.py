@@ -435,7 +435,6 @@ def paired_steps(source: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per precision of ``step_source``'s frame other than ``reference``: on the seeds both ran, how
     often its normalized step is below the reference precision's of the same seed (same init, same
     batches), the median ratio, and a two-sided sign test."""
-
     if source.empty or reference not in set(source["label"]):
         return pd.DataFrame()
     wide = source.pivot_table(index="seed", columns="label", values="upd")
@@ -633,7 +632,6 @@ def paired_rescues(branches: pd.DataFrame, variant: str, against: str) -> pd.Dat
     """``variant`` against ``against`` on the same parents, per branch point: of the parents branched
     into both (finished), how many each avoided the blow-up in, and how many only one did; the exact
     McNemar p (two-sided binomial test on those discordant parents: is one more often the rescue?)."""
-
     done = branches[branches["finished"] & branches["variant"].isin([variant, against])]
     points = "branch_at" in done and done["branch_at"].notna().any()
     rows = []

@@ -35,7 +35,7 @@ from analysis import proxy
 from analysis.collect import collect, curves, study_records
 from analysis.instability import FINISHED, sci, si
 from analysis.report import md_table
-from records import RecordWarning
+from records import RecordWarning, read_mapping
 
 REPRODUCED, PARTIAL, NOT, NOT_RUN = "reproduced", "partially reproduced", "not reproduced", "not run here"
 
@@ -98,13 +98,22 @@ class Source:
         path = self.path / "multirun.yaml"
         return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
+    @property
+    def _manifest(self) -> dict[str, Any]:
+        """The sweep's manifest.json (what the launcher was asked and planned; a relaunch rewrites it, so
+        it is read afresh); empty where none."""
+        return read_mapping(self.path / "manifest.json") or {}
+
+    @property
+    def asked(self) -> int:
+        """How many runs the sweep's last launch was asked for (0 where no manifest says)."""
+        return len(self._manifest.get("asked") or [])
+
     @functools.cached_property
     def planned_branches(self) -> dict[str, str]:
         """Second-phase runs the sweep's manifest planned (this launch's and earlier ones'): name →
         the parent's precision label (the part of the run's precision before "→")."""
-        from records import read_mapping
-
-        manifest = read_mapping(self.path / "manifest.json") or {}
+        manifest = self._manifest
         runs = [*(manifest.get("runs") or []), *(manifest.get("earlier") or [])]
         return {
             str(r.get("name")): proxy.parent_label(str((r.get("coords") or {}).get("precision", "")))
@@ -539,7 +548,7 @@ def _edge_lr_block(
     mech: Source | None,
     pilot: Source | None,
     lr: float | None,
-    pool: list[tuple[Source, pd.DataFrame]] | None = None,
+    pool: list[tuple[Source, pd.DataFrame]],
 ) -> None:
     """``_edge_block`` for the finished runs of ``src`` at one learning rate (``lr``: one of several
     the sweep ran, named in its figure; None: the sweep's only one). ``pool``: (sweep, phase-1 runs) at
@@ -588,7 +597,6 @@ def _edge_lr_block(
             f"MX vs fp32 twin ({src.name}{'' if lr is None else f', lr {lr:g}'})",
         )
     if same_setting:
-        pool = pool if pool is not None else [(mech, mech.runs[mech.runs["parent"].isna()])]
         pool.append((src, runs[runs["parent"].isna()]))
         _pooled_block(doc, pool)
 
@@ -1399,7 +1407,6 @@ def _paired(
 ) -> _Paired | None:
     """``_Paired`` of ``a_label``'s rows against ``b_label``'s, matched on ``keys`` (the seed; with
     ``train.lr`` too where the sweeps ran several LRs on the same seeds); None where they share none."""
-
     a = a_rows[a_rows["label"] == a_label].set_index(list(keys))
     b = b_rows[b_rows["label"] == b_label].set_index(list(keys))
     seeds = a.index.intersection(b.index)
@@ -1525,7 +1532,6 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
     precision that ``base`` ran too is the same-machine check, whose runs must then end at ``base``'s
     val loss to the bit. ``base`` may be ``src`` itself (fresh seeds, each precision against one of its
     own). One figure per LR."""
-
     here = src.runs[src.runs["parent"].isna() & src.runs["finished"]]
     there = base.runs[base.runs["parent"].isna() & base.runs["finished"]]
     if here.empty or there.empty:
@@ -1576,9 +1582,7 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
         else f"`{base.name}`'s seeds and LRs retrained from init in each precision beside its fp32 twin, "
         "set against its runs pair by pair (same LR, seed, init and batches):"
     )
-    from records import read_mapping
-
-    asked = len((read_mapping(src.path / "manifest.json") or {}).get("asked") or [])
+    asked = src.asked
     unfinished = (
         f" {asked - len(here)} of its {asked} runs have not finished (the sweep was stopped; its command "
         "resumes it): the table counts the finished, and the wall time is theirs."
@@ -1618,7 +1622,6 @@ def _pooled_same_machine(pairs: Sequence[_Paired]) -> str | None:
     path, so each seed is one trajectory up to the precision): blow-ups on each side, the seeds where
     only one blew up and the exact one-sided McNemar p that fewer blew up on side ``a``; None where
     fewer than two such pairs exist (a single pair is its own row already)."""
-
     same = [p for p in pairs if len(p.twins_equal) and bool(p.twins_equal.all())]
     if len(same) < 2:
         return None
