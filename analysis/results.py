@@ -128,21 +128,32 @@ class Source:
 
     @functools.cached_property
     def wall(self) -> str:
-        """First run start (config.yaml written) to last run end (summary.json written); a study's
-        single record: its own recorded wall time."""
-        starts, ends = [], []
+        """First run start (config.yaml written) to last run end (summary.json written), less every
+        stretch of over ``_STOPPED_S`` in which no run ran: the sweep was stopped and resumed later
+        (its command skips what is done), and the hours between sessions are not the command's
+        time. Shorter gaps stay in: process start-up, a launcher between phases. A study's single
+        record: its own recorded wall time."""
         single = self.path / "summary.json"
         if single.exists():
             wall = json.loads(single.read_text()).get("wall_time")
             return _duration(float(wall)) if isinstance(wall, int | float) else "–"
-        for p in self.path.glob("*/config.yaml"):
-            starts.append(p.stat().st_mtime)
-            s = p.with_name("summary.json")
-            if s.exists():
-                ends.append(s.stat().st_mtime)
-        if not starts or not ends:
+        spans = sorted(
+            (c.stat().st_mtime, s.stat().st_mtime)
+            for c in self.path.glob("*/config.yaml")
+            if (s := c.with_name("summary.json")).exists()
+        )
+        if not spans:
             return "–"
-        return _duration(max(ends) - min(starts))
+        wall, (lo, hi) = 0.0, spans[0]
+        for start, end in spans[1:]:
+            if start - hi > _STOPPED_S:
+                wall, lo = wall + hi - lo, start
+            hi = max(hi, end)
+        return _duration(wall + hi - lo)
+
+
+_STOPPED_S = 15 * 60
+"""A gap this long with no run running means the sweep was stopped (``Source.wall``)."""
 
 
 def _duration(seconds: float) -> str:

@@ -1518,3 +1518,28 @@ def test_the_interventions_precisions_from_init_are_paired_by_lr_and_seed(tmp_pa
     assert f"3 of its {len(one.runs) + 3} runs have not finished (the sweep was stopped" in "\n".join(
         doc.lines
     )
+
+
+def test_wall_time_of_a_resumed_sweep_leaves_out_the_gap_between_sessions(tmp_path):
+    """A sweep stopped and resumed in a later session: its wall time leaves out the stretch in which
+    no run ran, but keeps the short gaps of a sweep that ran in one go."""
+    import os
+
+    from analysis.results import Source
+
+    path = tmp_path / "sweep"
+    # two overlapping runs (0–100 s, 50–150 s), one after a 60-s gap (210–300 s); a session later
+    # (an hour on) one more (3,900–4,000 s) and a run started but never finished (no summary.json)
+    spans = [("a", 0, 100), ("b", 50, 150), ("c", 210, 300), ("d", 3900, 4000), ("e", 3950, None)]
+    for name, start, end in spans:
+        run = path / name
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text("{}")
+        os.utime(run / "config.yaml", (1e9 + start, 1e9 + start))
+        if end is not None:
+            (run / "summary.json").write_text("{}")
+            os.utime(run / "summary.json", (1e9 + end, 1e9 + end))
+    assert Source("s", "", path).wall == "6 min 40 s"  # 300 s + 100 s; first start to last end: 1 h 06 min
+    assert Source("none", "", tmp_path / "none").wall == "–"
+    (path / "summary.json").write_text(json.dumps({"wall_time": 3725.0}))  # a study's single record
+    assert Source("s", "", path).wall == "1 h 02 min"
