@@ -83,7 +83,7 @@ def test_the_rules_mirror_counts_twins_that_ended_worse_and_tests_the_sign():
     """The blow-up rule run the other way: a twin that ended ≥ 2× its run's loss counts (a diverged run
     never does); where it fires, results.md sets the blow-ups against it with the exact sign test, and
     says nothing where it never fires."""
-    from analysis.results import _mirror
+    from analysis.results.mechanism import _mirror
 
     rows = [
         _run("a", "mx", 0, final=0.09, twin=0.03),  # 3× its twin: blew up
@@ -108,7 +108,8 @@ def test_the_rules_mirror_counts_twins_that_ended_worse_and_tests_the_sign():
 
 def test_claim_1_1s_own_sweep_sets_its_blow_ups_against_the_mirror(tmp_path):
     """1.1's main sweep gets the same mirror sentence as every re-run of its comparison (it had none)."""
-    from analysis.results import Source, _Doc, proxy_claims
+    from analysis.results.common import Source, _Doc
+    from analysis.results.proxy_claims import proxy_claims
 
     (tmp_path / "proxy_mechanism").mkdir()
     (tmp_path / "proxy_mechanism" / "multirun.yaml").write_text("model:\n  width: 256\ntrain:\n  lr: 0.004\n")
@@ -263,7 +264,8 @@ def test_the_mechanism_rule_and_its_run_at_another_learning_rate(tmp_path):
     """1.1's rule: ≥ 2/3 of the γ-in-E4M3 seeds blew up with every twin and every γ-unquantized run
     stable → reproduced; more often than both → partially. The edge block applies it to another sweep's
     finished runs only (a running one has no outcome) and names the sweep's LR."""
-    from analysis.results import PARTIAL, REPRODUCED, Source, _Doc, _edge_block, _mechanism_verdict
+    from analysis.results.common import PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.mechanism import _edge_block, _mechanism_verdict
 
     rows = [
         _run("ln_s0", "mx_ln", 0, final=0.09, twin=0.03),
@@ -335,7 +337,8 @@ def test_fresh_seed_replications_pool_with_every_sweep_before_them(tmp_path):
     """Two fresh-seed sweeps at the first sweep's setting: the second's pooled line counts all three
     sweeps' seeds (not the first's and its own only), says where γ in E4M3's rate can lie against the
     rule's 2/3, and gives the rule's mirror over the pool."""
-    from analysis.results import Source, _Doc, _edge_block
+    from analysis.results.common import Source, _Doc
+    from analysis.results.mechanism import _edge_block
 
     def sweep(name, seeds, blown, worse=()):
         path = tmp_path / name
@@ -379,18 +382,9 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     """1.3's rule is judged at the earliest branch point, on branches of parents that blew up: every
     paper-named intervention avoiding it in ≥ 2/3 → reproduced, some → partially. A re-run sweep with
     branches (another width) gets the same rule, its setting named, beside the main one."""
-    from analysis.results import (
-        NOT,
-        NOT_RUN,
-        PARTIAL,
-        REPRODUCED,
-        Source,
-        _Doc,
-        _intervention_block,
-        _interventions,
-        _setting,
-        proxy_claims,
-    )
+    from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _setting
+    from analysis.results.interventions import _intervention_block, _interventions
+    from analysis.results.proxy_claims import proxy_claims
 
     def sweep(name, rows, yaml, points=(0.5,)):
         path = tmp_path / name
@@ -516,7 +510,7 @@ def test_the_search_log_tells_settings_apart(tmp_path, field, column, default, o
     """A row per setting, the teacher and the activation included: a record from before the field
     existed ran the default (the residual teacher, GeLU), and a run with another value at the same
     shape and LR is another row, named in its column."""
-    from analysis.results import Source, _source_search_rows
+    from analysis.results.common import Source, _source_search_rows
 
     shape = {"model.width": 16, "model.depth": 2, "train.batch_size": 8, "train.lr": 1e-3, "train.steps": 10}
     rows = [
@@ -534,7 +528,8 @@ def test_the_search_log_tells_settings_apart(tmp_path, field, column, default, o
 def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
     """A re-run whose setting a pilot sweep chose (results.PILOT) says so, names the setting (teacher
     included), and is a pre-registered test only when none of its seeds were in the pilot."""
-    from analysis.results import Source, _Doc, _edge_block
+    from analysis.results.common import Source, _Doc
+    from analysis.results.mechanism import _edge_block
 
     def source(name, rows, lr, teacher=None):
         (tmp_path / name).mkdir()
@@ -571,7 +566,7 @@ def test_a_rerun_on_fresh_seeds_of_a_pilots_setting_is_pre_registered(tmp_path):
 
 def _source(tmp_path, name: str, rows: list[dict], multirun: str):
     """A sweep (results.Source) over synthetic run rows, launched with the settings ``multirun``."""
-    from analysis.results import Source
+    from analysis.results.common import Source
 
     (tmp_path / name).mkdir()
     (tmp_path / name / "multirun.yaml").write_text(multirun)
@@ -585,7 +580,8 @@ def test_a_one_factor_rerun_is_set_beside_its_base_seed_by_seed(tmp_path):
     """A re-run that changes one setting of another sweep (results.ONE_FACTOR: batch 256 → 1024) names
     the change, and sets each shared seed's outcomes beside the base sweep's, with the counts there →
     here and in how many seeds γ in E4M3 had the same outcome."""
-    from analysis.results import PARTIAL, _Doc, _edge_block, _one_factor_scans, _scan
+    from analysis.results.common import PARTIAL, _Doc
+    from analysis.results.mechanism import _edge_block, _one_factor_scans, _scan
 
     def source(name, rows, batch):
         return _source(
@@ -660,7 +656,8 @@ def test_adams_betas_tell_one_setting_from_another(tmp_path):
     that change, is left out of the base setting's scans (another β2 is another setting: pooling it
     into batch 256 would mix two settings' rates), and its search-log row says β2; a record that left
     the betas null ran the proxy task's default β2 0.999."""
-    from analysis.results import _Doc, _edge_block, _one_factor_scans, _scan, _source_search_rows
+    from analysis.results.common import _Doc, _source_search_rows
+    from analysis.results.mechanism import _edge_block, _one_factor_scans, _scan
 
     def source(name, rows, betas=None):
         extra = f"  betas: {betas}\n" if betas else ""
@@ -733,7 +730,8 @@ def _run_twin_unstable(seed):
 def test_a_late_search_on_another_teacher_has_no_baseline_onsets(tmp_path):
     """The late search compares each seed's onset with proxy_mechanism's (residual teacher); a sweep on
     the released teacher is another task, so its line names the teacher and gives its own onsets only."""
-    from analysis.results import Source, _late_findings
+    from analysis.results.common import Source
+    from analysis.results.late import _late_findings
 
     shape = {"model.width": 16, "model.depth": 2, "train.batch_size": 8, "train.lr": 1e-3, "train.steps": 10}
     rows = [
@@ -762,7 +760,8 @@ def test_a_late_search_on_another_teacher_has_no_baseline_onsets(tmp_path):
 def test_late_blowups_name_gamma_the_twin_and_the_control(tmp_path):
     """1.4 counts a late blow-up only with γ in E4M3 and a stable fp32 twin; each row says so, and how
     the same seed fared with γ unquantized (the control)."""
-    from analysis.results import Source, _late_blowups
+    from analysis.results.common import Source
+    from analysis.results.late import _late_blowups
 
     steps = {"train.steps": 10}
     rows = [
@@ -840,7 +839,8 @@ def test_one_column_proxy_figures_keep_their_titles_inside():
 def test_blowup_rates_over_the_learning_rate_at_one_setting(tmp_path):
     """1.1 over the LR: one row per LR run at proxy_mechanism's setting (a sweep at another width is
     left out), with the rates of γ in E4M3, γ unquantized and the fp32 twins, and 1.1's rule there."""
-    from analysis.results import NOT, REPRODUCED, Source, _Doc, _scan, _setting_bases
+    from analysis.results.common import NOT, REPRODUCED, Source, _Doc
+    from analysis.results.mechanism import _scan, _setting_bases
 
     def sweep(name, lr, width, rows, teacher=""):
         path = tmp_path / name
@@ -916,7 +916,8 @@ def test_a_sweep_with_an_lr_axis_gets_one_block_per_lr(tmp_path):
     multirun.yaml keeps the base preset's train.lr (that of proxy_mechanism). Each LR is its own
     comparison, headed with that LR; neither is taken for fresh seeds at proxy_mechanism's setting (so
     nothing is pooled with it), and the missing γ-unquantized arm is said to be not run."""
-    from analysis.results import Source, _Doc, _edge_block
+    from analysis.results.common import Source, _Doc
+    from analysis.results.mechanism import _edge_block
 
     def at(lr, finals):
         return [
@@ -956,7 +957,8 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     fp32 branches of γ-in-E4M3 parents unstable in ≥ 2 more seeds than those of γ-unquantized parents →
     the clamped prefix decides; otherwise not. Its γ-in-E4M3 runs are compared, bit for bit, with the
     re-run they repeat."""
-    from analysis.results import Source, _Doc, _prefix_control
+    from analysis.results.common import Source, _Doc
+    from analysis.results.interventions import _prefix_control
 
     def sweep(name, rows):
         path = tmp_path / name
@@ -1174,7 +1176,8 @@ def test_the_step_source_block_sets_each_precision_against_the_reference_and_its
     """The 1.2 block of a STEP_SOURCE sweep: per precision its blow-ups, its step against its twin's and
     against the reference precision of the same seed; the pooled comparison of runs that blew up with
     those that did not; whether the twins of a seed agree to the bit; each precision against its twins."""
-    from analysis.results import _Doc, _step_source_block
+    from analysis.results.common import _Doc
+    from analysis.results.from_init import _step_source_block
 
     rows, cur = [], []
     for label, ups in {"mx_ln": (0.08, 0.075, 0.07, 0.08), "ln_only": (0.06, 0.07, 0.03, 0.02)}.items():
@@ -1241,7 +1244,8 @@ def test_an_interrupted_canonical_run_says_how_far_it_got_and_leaves_the_verdict
     (and so decides 1.4) only when every run finished."""
     import json
 
-    from analysis.results import _canonical_block, _canonical_complete, _Doc
+    from analysis.results.common import _Doc
+    from analysis.results.late import _canonical_block, _canonical_complete
 
     shape = {"train.steps": 9000, "hardware.cuda": "NVIDIA H200", "versions.torch": "2.11.0+cu130"}
     rows = [
@@ -1297,7 +1301,8 @@ def test_a_finished_canonical_run_decides_late_blowups_by_gamma_format(tmp_path)
     """The canonical run finished: its γ-in-E4M3 run blew up after half of its steps, so it is a late
     blow-up 1.4 counts; the γ-in-bf16 run blew up late too but is not "γ in E4M3" (a defect: every
     quantized γ was labelled E4M3); the block names each run's outcome against the study's step."""
-    from analysis.results import _canonical_block, _canonical_complete, _Doc, _late_blowups
+    from analysis.results.common import _Doc
+    from analysis.results.late import _canonical_block, _canonical_complete, _late_blowups
 
     shape = {"train.steps": 9000, "status": "done", "step": 9000}
     rows = [
@@ -1348,7 +1353,8 @@ def test_gamma_in_bf16_is_set_against_gamma_in_e4m3_seed_by_seed(tmp_path):
     """γ/β rounded to bf16 against γ/β in E4M3 on the same seeds: the blow-ups of each, the seeds where
     only one blew up with the one-sided McNemar p, the base sweep's γ-unquantized runs on those seeds,
     and the fp32 twins compared across the two sweeps."""
-    from analysis.results import _Doc, _gamma_format_block
+    from analysis.results.common import _Doc
+    from analysis.results.from_init import _gamma_format_block
 
     base_rows, rows = [], []
     for seed in range(6):
@@ -1379,7 +1385,7 @@ def test_pooling_keeps_only_pairings_whose_twins_agree_to_the_bit():
     """The pooled McNemar sums the seeds of every pairing whose fp32 twins agree to the bit in every
     seed (one float path); a pairing from another machine (twins differ) stays out, and one pairing
     alone is not pooled."""
-    from analysis.results import _paired, _pooled_same_machine
+    from analysis.results.from_init import _paired, _pooled_same_machine
 
     def rows(label, seeds, ups, twin=0.03):
         return proxy.proxy_runs(pd.DataFrame([
@@ -1412,7 +1418,8 @@ def test_the_clamp_control_sets_ceil_against_floor_seed_by_seed(tmp_path):
     seeds where only one blew up with the one-sided McNemar p, Adam's step before the onset and in how
     many seeds ceil's is lower, γ's clip fraction over the step window, and the twins compared across
     the two sweeps."""
-    from analysis.results import _clamp_control_block, _Doc
+    from analysis.results.common import _Doc
+    from analysis.results.from_init import _clamp_control_block
 
     def sweep(name, label, blown, upd, clip):
         rows, cur = [], []
@@ -1444,7 +1451,8 @@ def test_the_interventions_precisions_from_init_are_paired_by_lr_and_seed(tmp_pa
     against the base precision pair by pair of (LR, seed), not by seed alone (a seed appears once per
     LR), per LR and over all with the one-sided McNemar p; the precision retrained as it was is the
     same-machine check, to the bit."""
-    from analysis.results import _Doc, _from_init_block
+    from analysis.results.common import _Doc
+    from analysis.results.from_init import _from_init_block
 
     ups = {(0.064, 0), (0.064, 1), (0.032, 2)}  # full MX (γ unquantized) blew up at these (lr, seed)
     base_rows, rows = [], []
@@ -1525,7 +1533,7 @@ def test_wall_time_of_a_resumed_sweep_leaves_out_the_gap_between_sessions(tmp_pa
     no run ran, but keeps the short gaps of a sweep that ran in one go."""
     import os
 
-    from analysis.results import Source
+    from analysis.results.common import Source
 
     path = tmp_path / "sweep"
     # two overlapping runs (0–100 s, 50–150 s), one after a 60-s gap (210–300 s); a session later
