@@ -16,7 +16,6 @@ from analysis.report import md_table
 from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
 
 
-# -- study 2 ------------------------------------------------------------------------------------------
 def blocksize_claims(doc: _Doc, bs: Source) -> None:
     records = study_records(bs.path, "block_size_study") if bs.path.exists() else []
     rule_inv = (

@@ -12,7 +12,6 @@ from analysis.report import md_table
 from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
 
 
-# -- study 1: the LM ---------------------------------------------------------------------------------
 def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
     """The LM claims of the instability study; returns the deltas table (for the law section)."""
     from analysis import lmstudy

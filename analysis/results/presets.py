@@ -6,7 +6,6 @@ being named here; the sections read these tables and dispatch on them.
 
 from __future__ import annotations
 
-# -- study 1: the proxy ------------------------------------------------------------------------------
 LATE_SEARCH = (
     "proxy_late_search",
     "proxy_late_drift",

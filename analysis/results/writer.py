@@ -28,7 +28,6 @@ from analysis.results.proxy_claims import proxy_claims
 from analysis.results.search_log import search_log
 
 
-# -- the document ------------------------------------------------------------------------------------
 def write_results(
     root: str | Path = "outputs", out: str | Path = "docs/results.md", archives: str | Path | None = None
 ) -> Path:
