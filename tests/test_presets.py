@@ -115,6 +115,7 @@ TINY = {
     # a fixed step, so the tiny run trains branches, among them ones that change Adam's β2
     "proxy_mechanism_d128_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     "proxy_mechanism_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[0]"],
+    "proxy_mechanism_seeds16_adam_branch": [*TINY_BRANCHED, "sweep.seeds=[16]"],
     "proxy_mechanism_d128_adam_dose": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     "proxy_mechanism_d128_adam_state": [*TINY_BRANCHED, "sweep.seeds=[32]"],
     # five precisions from init, one of them fp32 but for γ/β in E4M3: each trains tiny beside its twin
@@ -199,6 +200,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "proxy_mechanism_d128_early": (6, 30),  # a fixed branch step: every parent × 5 interventions
     "proxy_mechanism_d128_adam_branch": (9, 0),  # the 9 parents; branches planned from their records
     "proxy_mechanism_adam_branch": (8, 0),  # d256 seeds 0–7; branches planned from their records
+    "proxy_mechanism_seeds16_adam_branch": (6, 0),  # the 6 d256 parents of seeds 16–31; branches planned
     "proxy_mechanism_d128_adam_dose": (9, 0),  # the same 9 parents; branches planned from their records
     "proxy_mechanism_d128_adam_state": (14, 0),  # the 9 parents and 5 seeds that never spiked
     "proxy_mechanism_d128_step_source": (70, 0),  # those 14 seeds from init × 5 precisions, no branches
@@ -277,6 +279,7 @@ VARIANTS = {
     "proxy_mechanism_d128_beta99": "proxy_mechanism_d128_beta95",
     "proxy_mechanism_beta95": "proxy_mechanism",
     "proxy_mechanism_adam_branch": "proxy_mechanism_d128_adam_branch",
+    "proxy_mechanism_seeds16_adam_branch": "proxy_mechanism_adam_branch",
     "proxy_mechanism_d128_adam_dose": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_state": "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_step_predict": "proxy_mechanism_d128_step_source",

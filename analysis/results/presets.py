@@ -100,6 +100,7 @@ RERUN_BRANCHES = (
     "proxy_mechanism_d128_adam_branch",
     "proxy_mechanism_d128_adam_dose",
     "proxy_mechanism_adam_branch",
+    "proxy_mechanism_seeds16_adam_branch",
     "proxy_mechanism_d128_adam_state",
     "proxy_released",
     "proxy_canonical_interventions",
