@@ -651,7 +651,7 @@ def paired_rescues(branches: pd.DataFrame, variant: str, against: str) -> pd.Dat
                 f"{against} avoided": int(wide[against].sum()),
                 f"only {variant}": only_v,
                 f"only {against}": only_a,
-                "p (exact McNemar)": exact_p(only_v, n),
+                "p (exact McNemar, two-sided)": exact_p(only_v, n),
             }
         )
     return pd.DataFrame(rows)

@@ -1072,7 +1072,7 @@ def test_optimizer_branches_are_paired_with_fp32_on_the_same_parents():
     (p,) = proxy.paired_rescues(runs[runs["parent"].notna()], "adam_b2_95", "no_mx").to_dict("records")
     assert (p["parents"], p["adam_b2_95 avoided"], p["no_mx avoided"]) == (6, 5, 1)
     assert (p["only adam_b2_95"], p["only no_mx"]) == (5, 1)
-    assert p["p (exact McNemar)"] == pytest.approx(0.21875)  # 2 · P(X ≥ 5), X ~ Bin(6, 1/2)
+    assert p["p (exact McNemar, two-sided)"] == pytest.approx(0.21875)  # 2 · P(X ≥ 5), X ~ Bin(6, 1/2)
     assert proxy.betas_of("[0.9, 0.95]") == (0.9, 0.95) and proxy.betas_of(math.nan) is None
 
 
