@@ -808,27 +808,33 @@ def _legend_below(fig: Figure, axes: np.ndarray, any_data: bool, ncols: Callable
 def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 8) -> Figure:
     """Parent vs branches: a row per branched parent, a column per branch point (its earliest branch
     step first), each panel with the parent's train loss (black), its fp32 twin (grey dotted) and every
-    intervention from that step (colours shared; one legend under the figure). Log y."""
+    intervention from that step (colours shared; one legend under the figure). Log y. With one branch
+    point the parents fill two columns, row by row, rather than one tall column."""
     branches = runs[runs["parent"].notna()].sort_values(["parent", "branch_step"], kind="stable")
     parents = list(dict.fromkeys(branches["parent"]))[:max_parents]
     steps = {p: sorted(set(branches.loc[branches["parent"] == p, "branch_step"])) for p in parents}
-    ncols = max((len(v) for v in steps.values()), default=1)
+    points = max((len(v) for v in steps.values()), default=1)
     names = list(dict.fromkeys(branches["variant"]))
     cmap = colormaps["tab10"]
     color = {n: cmap(i % 10) for i, n in enumerate(names)}
-    nrows = max(1, len(parents))
+    wrap = points == 1 and len(parents) > 1
+    ncols = 2 if wrap else points
+    nrows = max(1, -(-len(parents) // 2) if wrap else len(parents))
     fig = Figure(figsize=(4.2 * ncols, 2.9 * nrows + 0.6), layout="constrained")
     axes = np.atleast_2d(fig.subplots(nrows, ncols, squeeze=False))
+    for ax in axes.flat[len(parents) :] if wrap else ():
+        ax.set_visible(False)  # the odd parent's empty neighbour
     by_run = runs.set_index("run")
-    for row, parent in enumerate(parents):
+    for i, parent in enumerate(parents):
         c = curves[curves["run"] == parent].sort_values("step")
         p = by_run.loc[parent]
-        for col in range(ncols):
+        for point in range(points):
+            row, col = divmod(i, 2) if wrap else (i, point)
             ax = axes[row, col]
-            if col >= len(steps[parent]):
+            if point >= len(steps[parent]):
                 ax.set_visible(False)
                 continue
-            k = steps[parent][col]
+            k = steps[parent][point]
             ax.plot(c["step"], c["loss"], color="black", lw=1.0, label="parent (no change)")
             if "twin_loss" in c:
                 t = c.dropna(subset=["twin_loss"])
@@ -841,8 +847,9 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
             f = here["branch_at"].iloc[0] if "branch_at" in here else np.nan
             at = f"step {k:.0f} ({f:g}× spike)" if pd.notna(f) else f"step {k:.0f}"
             ax.set_title(f"{p['label']} seed {p['seed']:.0f}, branch at {at}", fontsize=9)
-            _loss_panel(ax, row == nrows - 1, col == 0)
-    _legend_below(fig, axes, bool(parents), lambda n: min(4, n))
+            _loss_panel(ax, (i + 2 >= len(parents)) if wrap else row == nrows - 1, col == 0)
+    # a one-column figure (one parent, one branch point) is too narrow for four entries in a row
+    _legend_below(fig, axes, bool(parents), lambda n: min(4 if ncols > 1 else 2, n))
     _suptitle(fig, "Interventions branched from each parent before its spike", fontsize=11)
     return fig
 

@@ -816,15 +816,31 @@ def test_one_column_proxy_figures_keep_their_titles_inside():
     rows = [
         _run("ln_s0", "mx_ln_e4m3", 0, final=0.09, twin=0.03, spike=6),
         _run("b_s0", "mx_ln_e4m3→no_mx@4", 0, final=0.03, parent="ln_s0", branch_step=4),
+        _run("a_s0", "mx_ln_e4m3→adam_b2_95@4", 0, final=0.03, parent="ln_s0", branch_step=4),
     ]
     runs = proxy.proxy_runs(pd.DataFrame(rows))
     cur = pd.DataFrame(
         [{"run": r, "step": t, "loss": 0.03 + 0.1 * (t > 6), "twin_loss": 0.03, "twin_cos": 0.9,
-          "clip_ln/blocks.0.norm": 1.0} for r in ("ln_s0", "b_s0") for t in range(1, 11)]
+          "clip_ln/blocks.0.norm": 1.0} for r in ("ln_s0", "b_s0", "a_s0") for t in range(1, 11)]
     )  # fmt: skip
+    # two interventions: the legend's four entries (parent, twin, both branches) wrap, not clipped
     for fig in (plots.proxy_mechanism(cur, runs), plots.proxy_branches(cur, runs)):
         assert len({ax.get_subplotspec().colspan.start for ax in fig.axes if ax.get_visible()}) == 1
         assert_readable(fig)
+    # five parents at one branch point (as in proxy_mechanism_seeds16_adam_branch): two columns, not one tall
+    # one, each parent once; the odd parent's neighbour stays empty
+    six = [r for s in range(5) for r in (
+        _run(f"ln_s{s}", "mx_ln_e4m3", s, final=0.09, twin=0.03, spike=6),
+        _run(f"b_s{s}", "mx_ln_e4m3→no_mx@4", s, final=0.03, parent=f"ln_s{s}", branch_step=4),
+        _run(f"a_s{s}", "mx_ln_e4m3→adam_b2_95@4", s, final=0.03, parent=f"ln_s{s}", branch_step=4),
+    )]  # fmt: skip
+    cur6 = pd.DataFrame([{"run": r["run"], "step": t, "loss": 0.03, "twin_loss": 0.03} for r in six
+                         for t in range(1, 11)])  # fmt: skip
+    fig = plots.proxy_branches(cur6, proxy.proxy_runs(pd.DataFrame(six)))
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == 5 and {ax.get_subplotspec().colspan.start for ax in shown} == {0, 1}
+    assert sorted(ax.get_title().split(",")[0] for ax in shown) == [f"mx_ln_e4m3 seed {s}" for s in range(5)]
+    assert_readable(fig)
     # eight seeds in one column (proxy_mechanism_lr_fine at one LR): the seed legend wraps, not clipped
     eight = proxy.proxy_runs(
         pd.DataFrame([_run(f"ln_s{s}", "mx_ln_e4m3", s, final=0.03, twin=0.03) for s in range(8)])
