@@ -811,7 +811,8 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
     intervention from that step (colours shared; one legend under the figure). Log y. With one branch
     point the parents fill two columns, row by row, rather than one tall column."""
     branches = runs[runs["parent"].notna()].sort_values(["parent", "branch_step"], kind="stable")
-    parents = list(dict.fromkeys(branches["parent"]))[:max_parents]
+    seed_of = runs.set_index("run")["seed"]
+    parents = sorted(dict.fromkeys(branches["parent"]), key=lambda r: seed_of.get(r, np.inf))[:max_parents]
     steps = {p: sorted(set(branches.loc[branches["parent"] == p, "branch_step"])) for p in parents}
     points = max((len(v) for v in steps.values()), default=1)
     names = list(dict.fromkeys(branches["variant"]))
