@@ -697,8 +697,11 @@ def proxy_mechanism(curves: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     return fig
 
 
-def adam_state(curves: pd.DataFrame, state: pd.DataFrame, span: tuple[int, int] = (-300, 100)) -> Figure:
-    """Adam's state around the blow-up (``analysis.proxy.adam_state``), steps relative to each run's
+def adam_state(
+    curves: pd.DataFrame, state: pd.DataFrame, setting: str, span: tuple[int, int] = (-300, 100)
+) -> Figure:
+    """Adam's state around the blow-up (``analysis.proxy.adam_state``) in the sweep's ``setting`` (its
+    title, e.g. "width 256, lr 0.004"), steps relative to each run's
     onset (a run that did not blow up: the median onset of those that did). Left: the largest per-tensor
     Σg²/Σv̂, a thin line per run (log y; 1 dashed: the gradient as large as Adam's memory of it).
     Right: the normalized step RMS(m̂/√v̂) of the Linear weights, median over runs with the
@@ -738,9 +741,7 @@ def adam_state(curves: pd.DataFrame, state: pd.DataFrame, span: tuple[int, int] 
         ax.axvline(0, color="grey", lw=0.6, ls=":")
         ax.set_xlabel("steps from the onset of the blow-up")
         ax.grid(alpha=0.3)
-    _suptitle(
-        fig, "Proxy, width 128, lr 8e-3, γ in E4M3: Adam's state before and at the blow-up", fontsize=11
-    )
+    _suptitle(fig, f"Proxy, {setting}, γ in E4M3: Adam's state before and at the blow-up", fontsize=11)
     return fig
 
 

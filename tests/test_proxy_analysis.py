@@ -1153,8 +1153,9 @@ def test_adams_state_before_the_onset_and_after_a_branch():
     assert pairs["ratio"].iloc[0] == pytest.approx(1.5)
     from analysis import plots
 
-    fig = plots.adam_state(cur, proxy.adam_state(runs, cur))
+    fig = plots.adam_state(cur, proxy.adam_state(runs, cur), "width 256, lr 0.004")
     assert [ax.get_yscale() for ax in fig.axes] == ["log", "log"]
+    assert "width 256, lr 0.004" in fig.get_suptitle()  # the sweep's own setting, not width 128's
     assert proxy.adam_state(runs, cur.drop(columns=["adam_gv_max"])).empty  # records without Adam's state
 
 

@@ -250,8 +250,16 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
             f"{int(g['stable'].sum())} and {int(g['sibling_stable'].sum())} of them avoided the blow-up.",
             "",
         )
+    parents = src.runs[src.runs["parent"].isna()]
+    setting = ", ".join(
+        f"{name} {'/'.join(f'{v:g}' for v in sorted(parents[key].dropna().unique()))}"
+        for name, key in (("width", "model.width"), ("lr", "train.lr"))
+        if key in parents and parents[key].notna().any()
+    )
     doc.figure(
-        plots.adam_state(src.cur, state), fig.replace(".png", "_adam.png"), f"Adam's state ({src.name})"
+        plots.adam_state(src.cur, state, setting),
+        fig.replace(".png", "_adam.png"),
+        f"Adam's state ({src.name})",
     )
 
 
