@@ -1159,6 +1159,34 @@ def test_adams_state_before_the_onset_and_after_a_branch():
     assert proxy.adam_state(runs, cur.drop(columns=["adam_gv_max"])).empty  # records without Adam's state
 
 
+def test_adams_state_of_a_sweep_whose_runs_all_blew_up_says_so(tmp_path):
+    """A branch sweep retrains only parents that blew up (proxy_mechanism_seeds16_adam_branch): the
+    Adam-state sentence sets them against their twins only, with no "nan" or "–" for the missing MX
+    runs that did not blow up; with such runs it still gives the Mann-Whitney comparison."""
+    from analysis.results.common import Source, _Doc
+    from analysis.results.interventions import _adam_block
+
+    rows = [
+        _run("a", "mx_ln", 0, final=0.5, twin=0.03, spike=300, recovered=False),
+        _run("b", "mx_ln", 1, final=0.6, twin=0.03, spike=200, recovered=False),
+    ]
+    cur = [*_adam_curve("a", onset=300, upd=0.08), *_adam_curve("b", onset=200, upd=0.07)]
+    texts = {}
+    for name, extra, extra_cur in [("all", [], []), ("some", [_run("c", "mx_ln", 2, final=0.03, twin=0.03)],
+                                                        _adam_curve("c", upd=0.04, gv=0.2))]:  # fmt: skip
+        src = Source(name, "", tmp_path / name)
+        src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows + extra))
+        src.cur = pd.DataFrame(cur + extra_cur)
+        doc = _Doc(tmp_path / f"{name}.md")
+        _adam_block(doc, src, "proxy_branches_x.png")
+        texts[name] = "\n".join(doc.lines)
+    sentence = next(line for line in texts["all"].splitlines() if line.startswith("Before the onset"))
+    assert "nan" not in sentence and " – " not in sentence and "Mann-Whitney" not in sentence
+    assert "every MX run here blew up, so none to set them against" in sentence
+    assert "2.50× their own twins'" in sentence  # 0.075 / 0.03, the median of 0.08 and 0.07 over 0.03
+    assert "Mann-Whitney p = " in texts["some"] and "in the MX runs that did not blow up" in texts["some"]
+
+
 def test_the_step_source_reads_each_precision_at_the_same_steps_before_its_own_onset():
     """step_source takes the Linear weights' normalized step over STEP_WINDOW and stops at the run's own
     onset; paired_steps sets each precision against the reference precision of the same seed."""

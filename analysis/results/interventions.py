@@ -9,7 +9,6 @@ Also here: the prefix control (fp32 from step 20) and a re-run's repeat on anoth
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,20 +200,27 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
     )
     if not blew.empty:
         lead = blew["lead"].dropna()
-        p = mannwhitneyu(blew["upd_before"], calm["upd_before"]).pvalue if len(calm) else math.nan
         ratio = blew["upd_before"] / blew["twin_upd_before"]
         span = proxy.value_range
+        # a sweep of parents chosen because they blew up has no MX run that did not: no comparison there
+        calm_gv = f" and {span(calm['gv_max_before'], '{:.2f}')} in those that did not" if len(calm) else ""
+        calm_peak = (
+            f" (those that did not blow up: at most {calm['gv_max_peak'].max():.2f})" if len(calm) else ""
+        )
+        calm_upd = (
+            f" against {span(calm['upd_before'], '{:.3f}')} in the MX runs that did not blow up "
+            f"(Mann-Whitney p = {mannwhitneyu(blew['upd_before'], calm['upd_before']).pvalue:.2g})"
+            if len(calm)
+            else " (every MX run here blew up, so none to set them against)"
+        )
         doc.add(
             f"Before the onset the gradient stays *below* Adam's memory of it: the largest per-tensor "
             f"Σg²/Σv̂ is {span(blew['gv_max_before'], '{:.2f}')} (median over the {w} steps) in the "
-            f"runs that blew up and {span(calm['gv_max_before'], '{:.2f}')} in those that did not; "
-            f"it first exceeds 1 {span(lead.abs(), '{:.0f}')} steps before the onset "
-            f"({len(lead)} of {len(blew)} runs), then peaks at {span(blew['gv_max_peak'], '{:.0f}')} "
-            f"(those that did not blow up: at most {calm['gv_max_peak'].max():.2f}). "
-            f"What sets the runs that blew up apart before it is the size of Adam's step: RMS(m̂/√v̂) of "
-            f"the Linear weights {span(blew['upd_before'], '{:.3f}')} against "
-            f"{span(calm['upd_before'], '{:.3f}')} in the MX runs that did not blow up "
-            f"(Mann-Whitney p = {p:.2g}) and {ratio.median():.2f}× their own twins' "
+            f"runs that blew up{calm_gv}; it first exceeds 1 {span(lead.abs(), '{:.0f}')} steps before "
+            f"the onset ({len(lead)} of {len(blew)} runs), then peaks at "
+            f"{span(blew['gv_max_peak'], '{:.0f}')}{calm_peak}. What sets the runs that blew up apart "
+            f"before it is the size of Adam's step: RMS(m̂/√v̂) of the Linear weights "
+            f"{span(blew['upd_before'], '{:.3f}')}{calm_upd} and {ratio.median():.2f}× their own twins' "
             f"({span(ratio, '{:.2f}')}).",
             "",
         )
