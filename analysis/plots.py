@@ -812,26 +812,27 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
     intervention from that step (colours shared; one legend under the figure). Log y. With one branch
     point the parents fill two columns, row by row, rather than one tall column."""
     branches = runs[runs["parent"].notna()].sort_values(["parent", "branch_step"], kind="stable")
-    seed_of = runs.set_index("run")["seed"]
-    parents = sorted(dict.fromkeys(branches["parent"]), key=lambda r: seed_of.get(r, np.inf))[:max_parents]
+    by_run = runs.set_index("run")
+    seed = by_run["seed"]
+    parents = sorted(dict.fromkeys(branches["parent"]), key=lambda r: seed.get(r, np.inf))[:max_parents]
     steps = {p: sorted(set(branches.loc[branches["parent"] == p, "branch_step"])) for p in parents}
     points = max((len(v) for v in steps.values()), default=1)
     names = list(dict.fromkeys(branches["variant"]))
     cmap = colormaps["tab10"]
     color = {n: cmap(i % 10) for i, n in enumerate(names)}
     wrap = points == 1 and len(parents) > 1
+    per_row = 2 if wrap else 1  # parents per row of panels
     ncols = 2 if wrap else points
-    nrows = max(1, -(-len(parents) // 2) if wrap else len(parents))
+    nrows = max(1, -(-len(parents) // per_row))
     fig = Figure(figsize=(4.2 * ncols, 2.9 * nrows + 0.6), layout="constrained")
     axes = np.atleast_2d(fig.subplots(nrows, ncols, squeeze=False))
     for ax in axes.flat[len(parents) :] if wrap else ():
         ax.set_visible(False)  # the odd parent's empty neighbour
-    by_run = runs.set_index("run")
     for i, parent in enumerate(parents):
         c = curves[curves["run"] == parent].sort_values("step")
         p = by_run.loc[parent]
         for point in range(points):
-            row, col = divmod(i, 2) if wrap else (i, point)
+            row, col = divmod(i, per_row) if wrap else (i, point)
             ax = axes[row, col]
             if point >= len(steps[parent]):
                 ax.set_visible(False)
@@ -849,7 +850,7 @@ def proxy_branches(curves: pd.DataFrame, runs: pd.DataFrame, max_parents: int = 
             f = here["branch_at"].iloc[0] if "branch_at" in here else np.nan
             at = f"step {k:.0f} ({f:g}× spike)" if pd.notna(f) else f"step {k:.0f}"
             ax.set_title(f"{p['label']} seed {p['seed']:.0f}, branch at {at}", fontsize=9)
-            _loss_panel(ax, (i + 2 >= len(parents)) if wrap else row == nrows - 1, col == 0)
+            _loss_panel(ax, i + per_row >= len(parents), col == 0)  # no parent's panel below it
     # a one-column figure (one parent, one branch point) is too narrow for four entries in a row
     _legend_below(fig, axes, bool(parents), lambda n: min(4 if ncols > 1 else 2, n))
     _suptitle(fig, "Interventions branched from each parent before its spike", fontsize=11)

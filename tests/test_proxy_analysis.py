@@ -1175,6 +1175,8 @@ def test_adams_state_of_a_sweep_whose_runs_all_blew_up_says_so(tmp_path):
     for name, extra, extra_cur in [("all", [], []), ("some", [_run("c", "mx_ln", 2, final=0.03, twin=0.03)],
                                                         _adam_curve("c", upd=0.04, gv=0.2))]:  # fmt: skip
         src = Source(name, "", tmp_path / name)
+        src.path.mkdir()
+        (src.path / "multirun.yaml").write_text("model:\n  width: 256\ntrain:\n  lr: 0.004\n")
         src.__dict__["runs"] = proxy.proxy_runs(pd.DataFrame(rows + extra))
         src.cur = pd.DataFrame(cur + extra_cur)
         doc = _Doc(tmp_path / f"{name}.md")

@@ -24,6 +24,7 @@ from analysis.results.common import (
     Source,
     _Doc,
     _hardware,
+    _lr,
     _outcome,
     _rel,
     _setting,
@@ -203,16 +204,15 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
         ratio = blew["upd_before"] / blew["twin_upd_before"]
         span = proxy.value_range
         # a sweep of parents chosen because they blew up has no MX run that did not: no comparison there
-        calm_gv = f" and {span(calm['gv_max_before'], '{:.2f}')} in those that did not" if len(calm) else ""
-        calm_peak = (
-            f" (those that did not blow up: at most {calm['gv_max_peak'].max():.2f})" if len(calm) else ""
-        )
-        calm_upd = (
-            f" against {span(calm['upd_before'], '{:.3f}')} in the MX runs that did not blow up "
-            f"(Mann-Whitney p = {mannwhitneyu(blew['upd_before'], calm['upd_before']).pvalue:.2g})"
-            if len(calm)
-            else " (every MX run here blew up, so none to set them against)"
-        )
+        calm_gv = calm_peak = ""
+        calm_upd = " (every MX run here blew up, so none to set them against)"
+        if len(calm):
+            calm_gv = f" and {span(calm['gv_max_before'], '{:.2f}')} in those that did not"
+            calm_peak = f" (those that did not blow up: at most {calm['gv_max_peak'].max():.2f})"
+            calm_upd = (
+                f" against {span(calm['upd_before'], '{:.3f}')} in the MX runs that did not blow up "
+                f"(Mann-Whitney p = {mannwhitneyu(blew['upd_before'], calm['upd_before']).pvalue:.2g})"
+            )
         doc.add(
             f"Before the onset the gradient stays *below* Adam's memory of it: the largest per-tensor "
             f"Σg²/Σv̂ is {span(blew['gv_max_before'], '{:.2f}')} (median over the {w} steps) in the "
@@ -256,12 +256,7 @@ def _adam_block(doc: _Doc, src: Source, fig: str) -> None:
             f"{int(g['stable'].sum())} and {int(g['sibling_stable'].sum())} of them avoided the blow-up.",
             "",
         )
-    parents = src.runs[src.runs["parent"].isna()]
-    setting = ", ".join(
-        f"{name} {'/'.join(f'{v:g}' for v in sorted(parents[key].dropna().unique()))}"
-        for name, key in (("width", "model.width"), ("lr", "train.lr"))
-        if key in parents and parents[key].notna().any()
-    )
+    setting = f"width {src.setting('model.width')}, lr {_lr(src, src.runs):g}"
     doc.figure(
         plots.adam_state(src.cur, state, setting),
         fig.replace(".png", "_adam.png"),
