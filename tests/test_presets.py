@@ -43,6 +43,7 @@ TINY = {
     "precision_grid": TINY_LM,
     "hybrid_fixes": TINY_LM,
     "lm_precisions": [*TINY_LM, "sweep.seeds=[0]"],
+    "lm_format_error": [*TINY_LM, "sweep.seeds=[3]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -161,6 +162,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "precision_grid": (150, 0),
     "hybrid_fixes": (30, 0),
     "lm_precisions": (243, 0),
+    "lm_format_error": (270, 0),  # 5 of lm_precisions' formats × its 9 (C, shape) pairs × fresh seeds 3–8
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -249,6 +251,7 @@ def test_preset_composes_and_expands(name, tmp_path):
 
 
 VARIANTS = {
+    "lm_format_error": "lm_precisions",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
