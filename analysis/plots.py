@@ -991,7 +991,7 @@ def loss_vs_compute_plot(table: pd.DataFrame, fit: Any = None, *, loss: str = "f
         key_names = ["mean ± sd over seeds"]
         if hollow:
             key.append(Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=4.5))
-            key_names.append("hollow: a seed or shape\nnot finished (stable) yet")
+            key_names.append("hollow: best over fewer shapes\n(a run unstable or unfinished)")
         if curves:
             key.append(Line2D([], [], color="0.3", lw=1.1))
             key_names.append("law: L*(C) = min_N L(N, C/6N, P)")

@@ -310,6 +310,12 @@ def test_loss_vs_compute_takes_the_best_shape_per_seed():
     t2 = lmstudy.loss_vs_compute(df.assign(status=np.where(gone, "diverged", "done")))
     assert list(t2.loc[~t2["complete"], "label"]) == ["big", "big"]  # one seed's best is over d48 only
     assert lmstudy.loss_vs_compute(df.assign(budget=np.nan)).empty
+    # the figure marks those points hollow, and its key says why without calling a finished sweep
+    # unfinished: here every run finished, one of them diverged
+    fig = plots.loss_vs_compute_plot(t2)
+    assert sum(c.get_gid() == "incomplete" for c in fig.axes[0].collections) == 1
+    key = [t.get_text() for t in fig.legends[0].get_texts() if t.get_text().startswith("hollow")]
+    assert len(key) == 1 and "unstable" in key[0] and "yet" not in key[0]
 
 
 # ----------------------------------------------------------------------------------------------
