@@ -341,6 +341,19 @@ def deltas_vs_reference(
     return pd.DataFrame(rows, columns=DELTA_COLUMNS)
 
 
+def _directional(d: np.ndarray, margin: float | None) -> tuple[float, float]:
+    """(one-sided t-test p that mean(d) > 0, TOST p that |mean(d)| < margin); NaN where it cannot be
+    tested (fewer than two values, no spread, or no margin)."""
+    if len(d) < 2 or not np.isfinite(d).all() or d.std(ddof=1) == 0:
+        return np.nan, np.nan
+    greater = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+    if margin is None:
+        return greater, np.nan
+    low = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    high = stats.ttest_1samp(d, margin, alternative="less").pvalue
+    return greater, float(max(low, high))
+
+
 def contrast(
     df: pd.DataFrame,
     worse: str,
@@ -353,16 +366,24 @@ def contrast(
     per-seed means (seeds, seeds_above: how many are > 0), ``p_greater``: the one-sided paired t-test
     that Δ > 0, and with a ``margin`` the equivalence test |Δ| < margin by two one-sided tests (TOST):
     ``p_equivalent`` = the larger of the two one-sided p-values (Δ > −margin, Δ < margin), equivalent
-    when it is < 0.05 (the same as the 90 % interval ``ci90`` lying inside ±margin). NaN where fewer
-    than two pairs match (n_pairs 0 where either format has no usable runs)."""
+    when it is < 0.05 (the same as the 90 % interval ``ci90`` lying inside ±margin). ``p_seeds``: the
+    same test (TOST with a margin, else one-sided) over the per-seed means instead of the pairs: runs
+    of one seed share its initialisation and data order, so it asks whether the gap holds seed by
+    seed. NaN where fewer than two pairs (seeds) match; n_pairs 0 where either format has no usable
+    runs."""
     try:
         pairs, _, _ = _pairs(df, loss, better)
     except InsufficientData:  # no runs of ``better`` (yet)
         pairs = pd.DataFrame(columns=["label", "delta", "_seed"])
     pairs = pairs[pairs["label"] == worse]
     d = pairs["delta"].to_numpy(float)
-    per_seed = pairs.groupby("_seed")["delta"].mean()
-    out: dict[str, Any] = {
+    per_seed = pairs.groupby("_seed")["delta"].mean().to_numpy(float)
+    greater, equivalent = _directional(d, margin)
+    seeds = _directional(per_seed, margin)
+    half = (
+        stats.t.ppf(0.95, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)) if np.isfinite(greater) else np.nan
+    )
+    return {
         "worse": worse,
         "better": better,
         "n_pairs": len(d),
@@ -370,21 +391,12 @@ def contrast(
         "sd": float(d.std(ddof=1)) if len(d) > 1 else np.nan,
         "seeds": len(per_seed),
         "seeds_above": int((per_seed > 0).sum()),
-        "p_greater": np.nan,
-        "ci90": (np.nan, np.nan),
+        "p_greater": greater,
+        "ci90": (float(d.mean() - half), float(d.mean() + half)) if np.isfinite(half) else (np.nan, np.nan),
         "margin": margin,
-        "p_equivalent": np.nan,
+        "p_equivalent": equivalent,
+        "p_seeds": seeds[0] if margin is None else seeds[1],
     }
-    if len(d) < 2 or not np.isfinite(d).all() or d.std(ddof=1) == 0:
-        return out
-    out["p_greater"] = float(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue)
-    half = stats.t.ppf(0.95, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
-    out["ci90"] = (float(d.mean() - half), float(d.mean() + half))
-    if margin is not None:
-        low = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
-        high = stats.ttest_1samp(d, margin, alternative="less").pvalue
-        out["p_equivalent"] = float(max(low, high))
-    return out
 
 
 # -- the precision law -----------------------------------------------------------------------------

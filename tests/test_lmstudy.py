@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
+from scipy import stats
 from test_analysis import write_run
 
 from analysis import lmstudy, plots
@@ -470,12 +471,17 @@ def test_contrast_tests_a_gap_one_sided_and_an_equivalence_by_tost():
     assert big["n_pairs"] == 12 and big["seeds"] == 3 and big["seeds_above"] == 3
     assert big["mean"] == pytest.approx(0.05) and big["p_greater"] < 1e-6
     assert big["ci90"][0] < 0.05 < big["ci90"][1] and math.isnan(big["p_equivalent"])
+    # over the per-seed means (0.04, 0.05, 0.06): the same one-sided t-test on 3 values
+    assert big["p_seeds"] == pytest.approx(
+        stats.ttest_1samp([0.04, 0.05, 0.06], 0, alternative="greater").pvalue
+    )
     # the other way round the one-sided test finds nothing (p near 1), where a two-sided one would
     assert lmstudy.contrast(df, "same", "big")["p_greater"] > 0.99
     # |Δ| ≈ 0.001 around 0: equivalent at ±0.01, not at ±0.0005 (the margin is inside the spread)
     same = lmstudy.contrast(df, "same", "bf16", margin=0.01)
     assert abs(same["mean"]) < 1e-12 and same["p_equivalent"] < 1e-6
     assert -0.01 < same["ci90"][0] < same["ci90"][1] < 0.01
+    assert math.isnan(same["p_seeds"])  # every seed's mean Δ is exactly 0: no spread, no test
     assert lmstudy.contrast(df, "same", "bf16", margin=0.0005)["p_equivalent"] > 0.05
     assert lmstudy.contrast(df, "big", "bf16", margin=0.01)["p_equivalent"] > 0.99  # 0.05 away
     # a format with no runs (a sweep still running): no pairs, no p, no exception

@@ -229,6 +229,7 @@ def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
                     "90 % CI": f"[{_num(c['ci90'][0], '+.4f')}, {_num(c['ci90'][1], '+.4f')}]",
                     "seeds with Δ > 0": f"{c['seeds_above']} of {c['seeds']}",
                     "p": _num(p, ".2g"),
+                    "p (seed means)": _num(c["p_seeds"], ".2g"),
                     "holds": "yes" if ok else "no",
                 }
             )
@@ -241,7 +242,9 @@ def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
                 "is on those that have.", "")  # fmt: skip
     doc.add(
         "Each prediction on the sample it came from (exploratory) and on the fresh seeds (the test); "
-        "error ratio: the first format's closed-form MSE over the second's:",
+        "error ratio: the first format's closed-form MSE over the second's; p: the rule's test over the "
+        "matched runs; p (seed means): the same test over the per-seed mean Δ (runs of one seed share "
+        "its initialisation and data order; a check, not the rule):",
         "",
         md_table(pd.DataFrame(rows)),
         "",
