@@ -1155,18 +1155,24 @@ def format_error_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
             x = r.error * dodge[r.label] * off
             marker = markers.get(int(r.bits), "D")
             ax.errorbar(x, r.mean, yerr=sd, fmt=marker, ms=6, capsize=2.5, color=colour[s], zorder=3)
-    for g in groups:
+    spread = 10 ** ((n - 1) / 2 * 0.015)
+    for k, g in enumerate(groups):
         names = [str(r.label) for r in g]
         at = points[points["label"].isin(names)]
-        x = max(r.error * dodge[r.label] for r in g) * 10 ** ((n - 1) / 2 * 0.015)
-        ax.annotate("\n".join(names), (x, at["mean"].max()), xytext=(7, 0), textcoords="offset points",
-                    fontsize=LM_FONT, va="center")  # fmt: skip
+        # the note goes right of its markers, or left where the next group is close enough to collide
+        crowded = k + 1 < len(groups) and groups[k + 1][0].error / g[-1].error < 1.5
+        x = (min if crowded else max)(r.error * dodge[r.label] for r in g) * (
+            1 / spread if crowded else spread
+        )
+        ax.annotate("\n".join(names), (x, at["mean"].max()), xytext=(-7 if crowded else 7, 0),
+                    textcoords="offset points", fontsize=LM_FONT, va="center",
+                    ha="right" if crowded else "left")  # fmt: skip
     if samples:
         ax.set_xscale("log")
         if (points["mean"] > 0).all():
             ax.set_yscale("log")
             _lm_plain_axis(ax.yaxis)
-        ax.set_xlim(points["error"].min() / 1.6, points["error"].max() * 3.0)
+        ax.set_xlim(points["error"].min() / 3.0, points["error"].max() * 3.0)  # room for a note either side
     else:
         none = "no block formats with matched runs"
         ax.text(0.5, 0.5, none, ha="center", va="center", transform=ax.transAxes)
