@@ -395,5 +395,12 @@ def test_format_error_is_the_error_at_any_scale():
     assert bs.format_error("nvfp4") == pytest.approx(
         bs.relative_mse(0.01, 16, "ue4m3", global_scale=True, elem="fp4_e2m1"), rel=1e-9
     )
+    # the ceil rule never clamps: E4M3 (range to spare) drops below E2M3, E2M3 barely moves, and
+    # E2M1 (no range to spare) gets worse; a float-scaled recipe ignores the E8M0 rule
+    ceil = {n: bs.format_error(n, scale_rule="ceil") for n in ("mxfp8_e4m3", "mxfp6_e2m3", "mxfp4_e2m1")}
+    assert ceil["mxfp8_e4m3"] < e2m3 and ceil["mxfp8_e4m3"] / e4m3 == pytest.approx(0.785, abs=0.01)
+    assert ceil["mxfp6_e2m3"] == pytest.approx(e2m3, rel=2e-3)
+    assert ceil["mxfp4_e2m1"] > bs.format_error("mxfp4_e2m1")
+    assert bs.format_error("nvfp4", scale_rule="ceil") == bs.format_error("nvfp4")
     with pytest.raises(ValueError, match="element-wise"):
         bs.format_error("bf16")

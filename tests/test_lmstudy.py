@@ -530,7 +530,7 @@ MX4 = {  # the four formats of results 3.2, all at m = 1: their gaps come from `
 
 def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp_path):
     from analysis.results.common import NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.lm import format_error_section
+    from analysis.results.lm import FORMAT_ERROR, preregistered_section
 
     def source(name, seeds, offsets):
         src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
@@ -540,7 +540,7 @@ def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp
     as_predicted = {"mxfp6_e2m3": 0.008, "mxfp8_e4m3": 0.015, "mxfp8_e5m2": 0.023, "mxfp6_e3m2": 0.023}
     explore = source("lm_precisions", (0, 1, 2), as_predicted)
     doc = _Doc(tmp_path / "docs" / "results.md")
-    format_error_section(doc, explore, source("lm_format_error", (3, 4, 5, 6), as_predicted))
+    preregistered_section(doc, FORMAT_ERROR, source("lm_format_error", (3, 4, 5, 6), as_predicted), explore)
     text = "\n".join(doc.lines)
     assert f"**{REPRODUCED.capitalize()}.**" in text and "H1, H2, H3, H4 held." in text
     assert "| H3 | mxfp8_e5m2 ≡ mxfp6_e3m2 (±0.0075) | 1.00 | lm_format_error (seeds 3–6) |" in text
@@ -548,9 +548,8 @@ def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp
     # E3M2 as good as E2M3 on the fresh seeds: H1 and H3 fail there, H2 holds → partially; the
     # exploratory rows still say yes (the verdict reads the fresh seeds only)
     doc = _Doc(tmp_path / "docs" / "results.md")
-    format_error_section(
-        doc, explore, source("lm_format_error", (3, 4, 5, 6), {**as_predicted, "mxfp6_e3m2": 0.008})
-    )
+    fresh = source("lm_format_error", (3, 4, 5, 6), {**as_predicted, "mxfp6_e3m2": 0.008})
+    preregistered_section(doc, FORMAT_ERROR, fresh, explore)
     text = "\n".join(doc.lines)
     assert f"**{PARTIAL.capitalize()}.**" in text and "H2, H4 held; H1, H3 did not." in text
     rows = [line for line in text.splitlines() if line.startswith("| H")]
@@ -559,5 +558,37 @@ def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp
     order = [line.split(" | ")[0][2:] for line in text.splitlines() if line.startswith("| mxfp")]
     assert order[-4:] == ["mxfp6_e2m3", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2"]
     doc = _Doc(tmp_path / "docs" / "results.md")
-    format_error_section(doc, explore, Source("lm_format_error", "cmd", tmp_path / "none"))
+    preregistered_section(doc, FORMAT_ERROR, Source("lm_format_error", "cmd", tmp_path / "none"), explore)
     assert f"**{NOT_RUN.capitalize()}.**" in "\n".join(doc.lines)
+
+
+def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_lacks(tmp_path):
+    from analysis.results.common import REPRODUCED, Source, _Doc
+    from analysis.results.lm import SCALE_RULE, preregistered_section
+
+    formats = {k: MX4[k] for k in ("bf16", "mxfp8_e4m3", "mxfp6_e2m3")}
+    formats |= {"mxfp8_e4m3_ceil": MX4["mxfp8_e4m3"], "mxfp6_e2m3_ceil": MX4["mxfp6_e2m3"]}
+    formats |= {
+        "mxfp4_e2m1": FORMATS["mxfp4_e2m1"][:3] + (1.0,),
+        "mxfp4_e2m1_ceil": FORMATS["mxfp4_e2m1"][:3] + (1.0,),
+    }
+    offsets = {"mxfp8_e4m3": 0.015, "mxfp8_e4m3_ceil": 0.005, "mxfp6_e2m3": 0.010, "mxfp6_e2m3_ceil": 0.010,
+               "mxfp4_e2m1": 0.10, "mxfp4_e2m1_ceil": 0.10}  # fmt: skip
+    fresh = Source("lm_scale_rule", "python launch.py -m experiment=lm_scale_rule", tmp_path / "r")
+    df = frame(formats=formats, seeds=(9, 10, 11, 12), offsets=offsets, rng_seed=9)
+    fresh.df = df.assign(
+        **{"precision.scale_rule": np.where(df["sweep.precision"].str.endswith("_ceil"), "ceil", "floor")}
+    )
+    old = Source("lm_precisions", "cmd", tmp_path / "old")  # has no ceil runs: no exploratory rows
+    old.df = frame(formats=MX4, seeds=(0, 1, 2))
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    preregistered_section(doc, SCALE_RULE, fresh, old)
+    text = "\n".join(doc.lines)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "G1, G2, G3 held; G4 did not." in text
+    rows = [line for line in text.splitlines() if line.startswith("| G")]
+    assert len(rows) == 4 and all("lm_scale_rule (seeds 9–12)" in r for r in rows)
+    # the error ratio comes from each run's own scale rule: E4M3 floor over ceil 1.27, E2M3 ≈ 1
+    assert "| G1 | mxfp8_e4m3 worse than mxfp8_e4m3_ceil | 1.27 |" in text
+    assert "| G3 | mxfp6_e2m3 ≡ mxfp6_e2m3_ceil (±0.003) | 1.00 |" in text
+    assert "| G4 | mxfp4_e2m1_ceil worse than mxfp4_e2m1 | 1.02 |" in text
+    assert (tmp_path / "docs" / "figures" / "lm_scale_rule.png").exists()

@@ -340,13 +340,14 @@ def relative_mse(
     )["total"]
 
 
-def format_error(name: str, octave_points: int = 16) -> float:
+def format_error(name: str, octave_points: int = 16, *, scale_rule: str | None = None) -> float:
     """The relative MSE that format ``name`` gives a Gaussian tensor of unknown scale: an element format
     (blocks of 32, E8M0 floor: the OCP MX default) or a recipe (``mxfp6_e2m3``, ``nvfp4`` …: its own
     block size and scale). ``relative_mse`` averaged over σ = 2**u for ``octave_points`` u evenly spaced
     in [0, 1): an E8M0 scale makes it periodic in log2 σ with period 1, and a per-tensor global scale
     makes it independent of σ, so one octave is every σ. (A float block scale without a global one is
-    not periodic: there this is the error at σ in [1, 2).) Element-wise formats (bf16, fp32) have no
+    not periodic: there this is the error at σ in [1, 2).) ``scale_rule`` (``floor``/``ceil``) replaces
+    the E8M0 rule, as ``precision.scale_rule`` does in a run. Element-wise formats (bf16, fp32) have no
     blocks and raise ``ValueError``."""
     from quant.formats import RECIPES
 
@@ -358,7 +359,7 @@ def format_error(name: str, octave_points: int = 16) -> float:
     )
     if block is None:
         raise ValueError(f"{name!r} is element-wise (no blocks): no block-quantization error to compute")
-    rule = rule if scale == "e8m0" else None
+    rule = (scale_rule or rule) if scale == "e8m0" else None
     sigmas = 2.0 ** (np.arange(int(octave_points)) / int(octave_points))
     errors = [relative_mse(s, block, scale, global_scale=glob, elem=elem, scale_rule=rule) for s in sigmas]
     return float(np.mean(errors))

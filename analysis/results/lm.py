@@ -1,10 +1,13 @@
 """The LM sections: 1.5 (MX weights with bf16 activations, and forward-only MX, train like bf16),
 1.6 (loss spikes in W × A sweeps at CPU scale), 3.1 (one scaling law over all precisions, each
-format's effective-parameter multiplier m_P; ``analysis.precision``) and 3.2 (the format's quantization
-error, not its bit count, orders the loss gap: a pre-registered test on fresh seeds).
+format's effective-parameter multiplier m_P; ``analysis.precision``), and the pre-registered claims of
+our own tested on fresh seeds (``Preregistered``): 3.2 (the format's quantization error, not its bit
+count, orders the loss gap) and 3.3 (the E8M0 scale rule moves the loss as that error does).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -163,32 +166,37 @@ def law_section(doc: _Doc, lm: Source) -> None:
     doc.figure(plots.multiplier_plot(fit), "lm_multipliers.png", "effective-parameter multipliers")
 
 
-FORMAT_ERROR = (
-    ("H1", "mxfp6_e3m2", "mxfp6_e2m3", None),
-    ("H2", "mxfp8_e5m2", "mxfp8_e4m3", None),
-    ("H3", "mxfp8_e5m2", "mxfp6_e3m2", 0.0075),
-    ("H4", "mxfp8_e4m3", "mxfp6_e2m3", None),
-)
-"""3.2's predictions, as fixed in conf/experiment/lm_format_error.yaml before it ran: (name, the format
-predicted worse, the one predicted better, None) — or, with a margin, the two predicted equivalent
-(|Δ| < margin by TOST). H1–H3 decide the verdict; H4 is reported on its own."""
+@dataclass(frozen=True)
+class Prediction:
+    """One pre-registered prediction: ``worse`` ends above ``better`` (one-sided paired t), or, with a
+    ``margin``, the two are equivalent (|Δ| < margin by TOST). Formats by their sweep names."""
+
+    name: str
+    worse: str
+    better: str
+    margin: float | None = None
 
 
-def _num(value: float, spec: str) -> str:
-    """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
-    return "–" if pd.isna(value) else format(value, spec)
+@dataclass(frozen=True)
+class Preregistered:
+    """A claim of our own, tested on fresh seeds with predictions fixed in its preset's header before
+    it ran: the section's title and rule, the sweep (``preset``), its predictions, which of them decide
+    the verdict (``decide``: reproduced when all hold, partially when some do), and what a reader should
+    set the outcome against (``contrast``)."""
+
+    title: str
+    rule: str
+    preset: str
+    predictions: tuple[Prediction, ...]
+    decide: tuple[str, ...]
+    contrast: str
+    figure: str
 
 
-def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
-    """3.2: does the element format's quantization error, not its bit count, order the loss gap?
-    Predictions from ``explore`` (lm_precisions), tested on ``confirm``'s fresh seeds."""
-    from analysis import lmstudy, plots
-    from analysis.blocksize.theory import format_error
-
-    title = (
-        "3.2 The format's quantization error, not its bits per element, orders the loss gap (pre-registered)"
-    )
-    rule = (
+FORMAT_ERROR = Preregistered(
+    title="3.2 The format's quantization error, not its bits per element, orders the loss gap "
+    "(pre-registered)",
+    rule=(
         "The closed-form relative MSE of Gaussian blocks (2.3's error model, averaged over an octave of σ) "
         "orders the MX formats by mantissa bits, not width: E2M3 (6 bits) < E4M3 (8) < E5M2 (8) = E3M2 (6). "
         "lm_precisions (seeds 0–2) showed the loss gaps in that order; the predictions below were fixed in "
@@ -197,32 +205,108 @@ def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
         "pairs, α = 0.05; equivalence by two one-sided tests (TOST) at the margin. Rule: reproduced when "
         "H1, H2 and H3 hold on the fresh seeds; partially when some do; not when none does. H4 is reported "
         "on its own."
-    )
+    ),
+    preset="lm_format_error",
+    predictions=(
+        Prediction("H1", "mxfp6_e3m2", "mxfp6_e2m3"),
+        Prediction("H2", "mxfp8_e5m2", "mxfp8_e4m3"),
+        Prediction("H3", "mxfp8_e5m2", "mxfp6_e3m2", 0.0075),
+        Prediction("H4", "mxfp8_e4m3", "mxfp6_e2m3"),
+    ),
+    decide=("H1", "H2", "H3"),
+    contrast="A bits-per-element law (3.1's m_P ordered by width) predicts no gap in H1 and H2 and the "
+    "opposite of H4.",
+    figure="lm_format_error.png",
+)
+"""3.2, as fixed in conf/experiment/lm_format_error.yaml before it ran."""
+
+SCALE_RULE = Preregistered(
+    title="3.3 The E8M0 scale rule moves the loss as the error model says: ceil helps E4M3, not E2M3 "
+    "(pre-registered)",
+    rule=(
+        "Only the E8M0 scale rule changes: floor (OCP; a block max in [0.875, 1) of E4M3's top binade clamps "
+        "to 448) or ceil (never clamps; Mishra et al. 2025 round MXFP8's scale up). The closed-form error "
+        "(as in 3.2) predicts ceil −22 % for E4M3 (below E2M3's), −0.05 % for E2M3, +2.3 % for E2M1; the "
+        "predictions below were fixed in `conf/experiment/lm_scale_rule.yaml` before it ran them on fresh "
+        "seeds 9–14. Tests as in 3.2. Rule: reproduced when G1, G2 and G3 hold; partially when some do; "
+        "not when none does. G4 is reported on its own."
+    ),
+    preset="lm_scale_rule",
+    predictions=(
+        Prediction("G1", "mxfp8_e4m3", "mxfp8_e4m3_ceil"),
+        Prediction("G2", "mxfp6_e2m3", "mxfp8_e4m3_ceil"),
+        Prediction("G3", "mxfp6_e2m3", "mxfp6_e2m3_ceil", 0.003),
+        Prediction("G4", "mxfp4_e2m1_ceil", "mxfp4_e2m1"),
+    ),
+    decide=("G1", "G2", "G3"),
+    contrast="Bits per element are the same on both sides of G1, G3 and G4: a law in bits predicts no gap "
+    "there, and G2 the opposite (8-bit E4M3 was the worse in 3.2's H4).",
+    figure="lm_scale_rule.png",
+)
+"""3.3, as fixed in conf/experiment/lm_scale_rule.yaml before it ran."""
+
+
+def _num(value: float, spec: str) -> str:
+    """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
+    return "–" if pd.isna(value) else format(value, spec)
+
+
+def _block_errors(df: pd.DataFrame) -> dict[str, float]:
+    """Each plain block format's closed-form error (``blocksize.theory.format_error``), by label: its
+    element format (or recipe) as recorded, under the run's own E8M0 scale rule."""
+    from analysis import lmstudy
+    from analysis.blocksize.theory import format_error
+
+    info = lmstudy.label_info(df)
+    rules = df.groupby("label")["precision.scale_rule"].first() if "precision.scale_rule" in df else {}
+    out = {}
+    for label, r in info.iterrows():
+        if r["hybrid"] or r["w"] != r["a"]:
+            continue
+        try:
+            out[str(label)] = format_error(str(r["w"]), scale_rule=rules.get(label) or None)
+        except ValueError:  # element-wise (bf16)
+            continue
+    return out
+
+
+def preregistered_section(
+    doc: _Doc, spec: Preregistered, confirm: Source, explore: Source | None = None
+) -> None:
+    """A pre-registered claim: each prediction on ``confirm``'s fresh seeds (the verdict) and, where
+    it has the formats, on ``explore`` (the sample the predictions came from), then Δ vs bf16 of every
+    plain block format beside its closed-form error, and the figure."""
+    from analysis import lmstudy, plots
+
     if not confirm.ran:
-        doc.claim(title, NOT_RUN, rule, confirm)
+        doc.claim(spec.title, NOT_RUN, spec.rule, confirm)
         return
-    samples = [(s, lmstudy.label_column(s.df)) for s in (explore, confirm) if s.ran]
+    samples = [(s, lmstudy.label_column(s.df)) for s in (explore, confirm) if s is not None and s.ran]
     names = {
         id(s): f"{s.name} (seeds {_seed_list(sorted(df['train.seed'].dropna().astype(int).unique()))})"
         for s, df in samples
     }
+    errors = {k: v for _, df in samples for k, v in _block_errors(df).items()}
     rows, held = [], {}
-    for h, worse, better, margin in FORMAT_ERROR:
+    for h in spec.predictions:
         for s, df in samples:
-            c = lmstudy.contrast(df, worse, better, margin=margin)
-            if margin is None:
+            c = lmstudy.contrast(df, h.worse, h.better, margin=h.margin)
+            if s is not confirm and not c["n_pairs"]:
+                continue  # the exploratory sample lacks one of the formats
+            if h.margin is None:
                 ok = bool(c["p_greater"] < ALPHA)
-                claim, p = f"{worse} worse than {better}", c["p_greater"]
+                claim, p = f"{h.worse} worse than {h.better}", c["p_greater"]
             else:
                 ok = bool(c["p_equivalent"] < ALPHA)
-                claim, p = f"{worse} ≡ {better} (±{margin:g})", c["p_equivalent"]
+                claim, p = f"{h.worse} ≡ {h.better} (±{h.margin:g})", c["p_equivalent"]
             if s is confirm:
-                held[h] = ok
+                held[h.name] = ok
+            ratio = errors.get(h.worse, float("nan")) / errors.get(h.better, float("nan"))
             rows.append(
                 {
-                    "": h,
+                    "": h.name,
                     "prediction": claim,
-                    "error ratio": f"{format_error(worse) / format_error(better):.2f}",
+                    "error ratio": _num(ratio, ".2f"),
                     "sample": names[id(s)],
                     "pairs": c["n_pairs"],
                     "Δ (mean ± sd over pairs)": f"{_num(c['mean'], '+.4f')} ± {_num(c['sd'], '.4f')}",
@@ -233,16 +317,17 @@ def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
                     "holds": "yes" if ok else "no",
                 }
             )
-    core = [held.get(h, False) for h in ("H1", "H2", "H3")]
+    core = [held.get(h, False) for h in spec.decide]
     verdict = REPRODUCED if all(core) else PARTIAL if any(core) else NOT
-    doc.claim(title, verdict, rule, confirm)
+    doc.claim(spec.title, verdict, spec.rule, confirm)
     left = confirm.asked - int(confirm.df["status"].isin(FINISHED).sum())
     if left > 0:
         doc.add(f"{left} of the {confirm.asked} runs of `{confirm.name}` have not finished yet: the verdict "
                 "is on those that have.", "")  # fmt: skip
     doc.add(
-        "Each prediction on the sample it came from (exploratory) and on the fresh seeds (the test); "
-        "error ratio: the first format's closed-form MSE over the second's; p: the rule's test over the "
+        "Each prediction on the fresh seeds (the test)"
+        + (" and on the sample it came from (exploratory)" if len(samples) > 1 else "")
+        + "; error ratio: the first format's closed-form MSE over the second's; p: the rule's test over the "
         "matched runs; p (seed means): the same test over the per-seed mean Δ (runs of one seed share "
         "its initialisation and data order; a check, not the rule):",
         "",
@@ -253,8 +338,7 @@ def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
     doc.add(
         f"On the fresh seeds: {', '.join(h for h, ok in held.items() if ok) or 'none'} held"
         + (f"; {', '.join(failed)} did not." if failed else ".")
-        + " A bits-per-element law (3.1's m_P ordered by width) predicts no gap in H1 and H2 and the "
-        "opposite of H4.",
+        + f" {spec.contrast}",
         "",
     )
     points = []
@@ -264,18 +348,13 @@ def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
             continue
         info = lmstudy.label_info(df)
         for r in lmstudy.deltas_vs_reference(df, reference=ref).itertuples(index=False):
-            if r.hybrid or r.w != r.a:
+            if str(r.label) not in errors:
                 continue
-            try:
-                err = format_error(str(r.label))
-            except ValueError:
-                continue
-            bits = lmstudy.element_bits(info.loc[r.label, "w"])
             points.append(
                 {
                     "label": r.label,
-                    "bits": bits,
-                    "error": err,
+                    "bits": lmstudy.element_bits(info.loc[r.label, "w"]),
+                    "error": errors[str(r.label)],
                     "sample": names[id(s)],
                     "mean": r.mean_over_seeds,
                     "sd": r.sd_over_seeds,
@@ -301,4 +380,4 @@ def format_error_section(doc: _Doc, explore: Source, confirm: Source) -> None:
             "",
         )
     caption = "Δ vs bf16 against the format's quantization error"
-    doc.figure(plots.format_error_plot(pts), "lm_format_error.png", caption)
+    doc.figure(plots.format_error_plot(pts), spec.figure, caption)

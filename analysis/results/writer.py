@@ -11,7 +11,7 @@ from typing import Any
 
 from analysis.results.blocksize import blocksize_claims
 from analysis.results.common import _Doc, _load, _rel
-from analysis.results.lm import format_error_section, law_section, lm_claims
+from analysis.results.lm import FORMAT_ERROR, SCALE_RULE, law_section, lm_claims, preregistered_section
 from analysis.results.presets import (
     CLAMP_CONTROL,
     CONTROL,
@@ -57,11 +57,11 @@ def write_results(
                             archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
-    fmt = _load("lm_format_error", "python launch.py -m experiment=lm_format_error",
-                sweeps / "lm_format_error", archives)  # fmt: skip
+    own = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives)
+           for n in (FORMAT_ERROR.preset, SCALE_RULE.preset)}  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
-    for src in (mech, *loaded.values(), *lates, canonical, canonical_seeds, lm, fmt, bs):
+    for src in (mech, *loaded.values(), *lates, canonical, canonical_seeds, lm, *own.values(), bs):
         if src.ran and not src.restored:
             archive.pack(src.path, archives, src.name)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,8 @@ def write_results(
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
-    format_error_section(doc, lm, fmt)
+    preregistered_section(doc, FORMAT_ERROR, own[FORMAT_ERROR.preset], explore=lm)
+    preregistered_section(doc, SCALE_RULE, own[SCALE_RULE.preset])
     clamp_sweeps = [c for c, _, _ in clamps]
     search_log(
         doc,
