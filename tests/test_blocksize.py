@@ -399,6 +399,12 @@ def test_format_error_is_the_error_at_any_scale():
     # E2M1 (no range to spare) gets worse; a float-scaled recipe ignores the E8M0 rule
     ceil = {n: bs.format_error(n, scale_rule="ceil") for n in ("mxfp8_e4m3", "mxfp6_e2m3", "mxfp4_e2m1")}
     assert ceil["mxfp8_e4m3"] < e2m3 and ceil["mxfp8_e4m3"] / e4m3 == pytest.approx(0.785, abs=0.01)
+    with bs.torch_threads(1):  # and quant.quantize's ceil rule measures the same
+        sigmas = 0.37 * 2.0 ** (np.arange(8) / 8)
+        mc = np.mean(
+            [bs.monte_carlo(s, 32, "e8m0", elem="fp8_e4m3", scale_rule="ceil", n=N_MC) for s in sigmas]
+        )
+    assert ceil["mxfp8_e4m3"] == pytest.approx(mc, rel=0.01)
     assert ceil["mxfp6_e2m3"] == pytest.approx(e2m3, rel=2e-3)
     assert ceil["mxfp4_e2m1"] > bs.format_error("mxfp4_e2m1")
     assert bs.format_error("nvfp4", scale_rule="ceil") == bs.format_error("nvfp4")
