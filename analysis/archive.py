@@ -27,6 +27,7 @@ KEPT = {
     "summary.json",
     "metrics.jsonl",
     "probe.jsonl",
+    "tensor_error.jsonl",  # train.tensor_error: the quantization error of a trained LM's own tensors
     "manifest.json",
     "multirun.yaml",
     "gpu_check.json",  # benchmarks/gpu_check.py's result, beside a sweep it ran: the GPU and its checks

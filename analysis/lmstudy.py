@@ -61,6 +61,7 @@ __all__ = [
     "ordered_labels",
     "records",
     "reference_label",
+    "tensor_error_table",
     "usable_runs",
     "verdict",
 ]
@@ -397,6 +398,22 @@ def contrast(
         "p_equivalent": equivalent,
         "p_seeds": seeds[0] if margin is None else seeds[1],
     }
+
+
+def tensor_error_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """``train.tensor_error``'s rows (one per run; columns ``<metric>/<operand>/<format>/<rule>``) →
+    one row per (format, rule) with the median over runs of each ``<metric>/<operand>``; empty when
+    there are none."""
+    cols = [c for c in rows.columns if c.count("/") == 3]
+    if not cols:
+        return pd.DataFrame()
+    med = rows[cols].median()
+    keys = pd.DataFrame([c.split("/") for c in cols], columns=["metric", "operand", "format", "rule"])
+    keys["value"] = med.to_numpy(float)
+    keys["column"] = keys["metric"] + "/" + keys["operand"]
+    out = keys.pivot_table(index=["format", "rule"], columns="column", values="value", sort=False)
+    out.columns.name = None
+    return out.reset_index()
 
 
 # -- the precision law -----------------------------------------------------------------------------

@@ -579,6 +579,21 @@ def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_l
     fresh.df = df.assign(
         **{"precision.scale_rule": np.where(df["sweep.precision"].str.endswith("_ceil"), "ceil", "floor")}
     )
+    # two bf16 runs measured by train.tensor_error: ceil doubles E2M1's flushed values, leaves its MSE
+    paths = []
+    for i, flushed in enumerate((0.2, 0.3)):
+        run = tmp_path / "r" / f"bf16_{i}"
+        run.mkdir(parents=True)
+        row = {"step": 10}
+        for o in ("W", "X", "X_T", "dY", "dY_T"):
+            for f in ("fp8_e4m3", "fp6_e2m3", "fp4_e2m1", "fp8_e5m2"):
+                for rule, k in (("floor", 1.0), ("ceil", 2.0 if f == "fp4_e2m1" else 1.0)):
+                    row |= {f"rel_mse/{o}/{f}/{rule}": 0.01, f"flushed/{o}/{f}/{rule}": flushed * k}
+        (run / "tensor_error.jsonl").write_text(json.dumps(row) + "\n")
+        paths.append(str(run))
+    is_bf16 = fresh.df["sweep.precision"].eq("bf16")
+    fresh.df["path"] = np.where(is_bf16, paths[0], "nowhere")
+    fresh.df.loc[is_bf16 & fresh.df["train.seed"].eq(10), "path"] = paths[1]
     old = Source("lm_precisions", "cmd", tmp_path / "old")  # has no ceil runs: no exploratory rows
     old.df = frame(formats=MX4, seeds=(0, 1, 2))
     doc = _Doc(tmp_path / "docs" / "results.md")
@@ -595,3 +610,11 @@ def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_l
     even = next(line for line in text.splitlines() if line.startswith("Where the two formats"))
     assert "G3 " in even and "; G4 " in even and "G1" not in even and "G2" not in even
     assert (tmp_path / "docs" / "figures" / "lm_scale_rule.png").exists()
+    # the trained tensors' table: the formats and rules trained here only (not E5M2), medians over runs
+    assert "**The trained models' own tensors**" in text and "2 bf16 runs' final weights" in text
+    table = [line for line in text.splitlines() if line.startswith("| fp")]
+    assert [r.split(" | ")[0][2:] + "/" + r.split(" | ")[1] for r in table] == [
+        f"{f}/{rule}" for f in ("fp8_e4m3", "fp6_e2m3", "fp4_e2m1") for rule in ("floor", "ceil")
+    ]
+    assert table[-1].endswith("| 0.500 |")  # ceil, median of 0.4 and 0.6
+    assert "fp4_e2m1: MSE ×1.00–1.00 (Gaussian ×1.023), flushed ×2.00–2.00" in text

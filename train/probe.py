@@ -38,16 +38,17 @@ PROBE = "probe.jsonl"
 
 
 def run_config(run_dir: Path) -> RunConfig:
-    """The ``RunConfig`` a run directory's ``config.yaml`` describes (logging off)."""
+    """The ``RunConfig`` a run directory's ``config.yaml`` describes (its data, for an LM; its label;
+    logging off)."""
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     return RunConfig(
         task=cfg["task"],
         model=cfg["model"],
         precision=PrecisionConfig(**cfg["precision"]),
         train=TrainConfig(**cfg["train"]),
-        data=None,
+        data=cfg.get("data"),
         out_dir=str(run_dir),
-        logger=LoggerConfig(wandb=WandbConfig(mode="disabled")),
+        logger=LoggerConfig(wandb=WandbConfig(mode="disabled"), label=(cfg.get("logger") or {}).get("label")),
     )
 
 

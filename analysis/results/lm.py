@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.instability import FINISHED, sci, si
 from analysis.lmstudy import ALPHA
 from analysis.report import md_table
-from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _seed_list
+from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _seed_list
 
 
 def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
@@ -390,3 +390,64 @@ def preregistered_section(
         )
     caption = "Δ vs bf16 against the format's quantization error"
     doc.figure(plots.format_error_plot(pts), spec.figure, caption)
+    _tensor_errors(doc, confirm)
+
+
+def _tensor_errors(doc: _Doc, src: Source) -> None:
+    """The error of the trained models' own tensors (``train.tensor_error``'s rows in ``src``'s runs),
+    beside the Gaussian closed form, for the formats and rules ``src`` trained; nothing without rows."""
+    from pathlib import Path
+
+    from analysis import lmstudy
+    from analysis.blocksize.theory import format_error
+    from records import read_metrics
+
+    paths = dict.fromkeys(src.df.get("path", []))  # each run once
+    rows = [r for path in paths for r in read_metrics(Path(path) / "tensor_error.jsonl")]
+    table = lmstudy.tensor_error_table(pd.DataFrame(rows))
+    if table.empty:
+        return
+    df = src.df
+    trained = set(zip(df.get("w", []), df.get("precision.scale_rule", []), strict=True))
+    table = table[[(f, r) in trained for f, r in zip(table["format"], table["rule"], strict=True)]]
+    operands = ["W", "X", "X_T", "dY", "dY_T"]
+    shown = pd.DataFrame({"format": table["format"], "rule": table["rule"]})
+    shown["Gaussian"] = [
+        f"{format_error(f, scale_rule=r):.3g}" for f, r in zip(table["format"], table["rule"], strict=True)
+    ]
+    for metric, fmt in (("rel_mse", ".3g"), ("flushed", ".3f")):
+        for o in operands:
+            col = f"{metric}/{o}"
+            shown[f"{'MSE' if metric == 'rel_mse' else 'flushed'} {o}"] = [
+                _num(v, fmt) for v in table.get(col, [])
+            ]
+    lines = []
+    for f, g in table.groupby("format", sort=False):
+        if set(g["rule"]) >= {"floor", "ceil"}:
+            floor, ceil = (g[g["rule"] == r].iloc[0] for r in ("floor", "ceil"))
+            mse = [ceil[f"rel_mse/{o}"] / floor[f"rel_mse/{o}"] for o in operands]
+            # a ratio of fractions under 0.5 % says little: those operands lose next to nothing either way
+            flushed = [
+                ceil[f"flushed/{o}"] / floor[f"flushed/{o}"]
+                for o in operands
+                if floor[f"flushed/{o}"] >= 0.005
+            ]
+            gauss = format_error(f, scale_rule="ceil") / format_error(f, scale_rule="floor")
+            lines.append(
+                f"{f}: MSE ×{min(mse):.2f}–{max(mse):.2f} (Gaussian ×{gauss:.3f})"
+                + (f", flushed ×{min(flushed):.2f}–{max(flushed):.2f}" if flushed else ", flushed < 0.5 %")
+            )
+    runs = len(rows)
+    doc.add(
+        f"**The trained models' own tensors** (`python -m train.tensor_error {_rel(src.path)}`: {runs} bf16 "
+        "runs' final weights, quantization off, one batch; each operand blocked along its GEMM's "
+        "contraction: "
+        "W and X along `in` (forward), X_T and dY_T along tokens (weight gradient), dY along `out` (data "
+        "gradient); median over runs of the mean over the model's Linears; MSE relative to ‖t‖², flushed: "
+        "the fraction of nonzero values quantized to 0):",
+        "",
+        md_table(shown),
+        "",
+        "Ceil over floor, across the operands: " + "; ".join(lines) + ".",
+        "",
+    )
