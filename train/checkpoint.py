@@ -46,6 +46,15 @@ def available(run_dir: str | Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def checkpointed_runs(path: str | Path) -> tuple[list[Path], bool]:
+    """(the run directories with checkpoints at ``path``, whether ``path`` is one run): ``path`` itself
+    when it is a run directory (it holds config.yaml), else every run directly inside it (a sweep)."""
+    path = Path(path)
+    single = (path / "config.yaml").exists()
+    runs = [path] if single else sorted(d.parent for d in path.glob("*/config.yaml"))
+    return [d for d in runs if available(d)], single
+
+
 def latest(run_dir: str | Path) -> Path | None:
     """The checkpoint with the highest step, or None."""
     found = available(run_dir)

@@ -102,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path", type=Path, help="a run directory, or a sweep directory (every proxy run in it)")
     p.add_argument("--branches", action="store_true", help="in a sweep, probe branched runs too")
     a = p.parse_args(argv)
-    single = (a.path / "config.yaml").exists()
-    runs = [a.path] if single else sorted(d.parent for d in a.path.glob("*/config.yaml"))
-    runs = [d for d in runs if checkpoint.available(d)]
+    runs, single = checkpoint.checkpointed_runs(a.path)
     if not single and not a.branches:  # the parents: where the mechanism is read (branches: --branches)
         runs = [d for d in runs if not run_config(d).train.branch_from]
     if not runs:

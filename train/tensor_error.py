@@ -116,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path", type=Path, help="a run directory, or a sweep directory")
     p.add_argument("--precision", default="bf16", help="in a sweep, the runs of this label (default bf16)")
     a = p.parse_args(argv)
-    single = (a.path / "config.yaml").exists()
-    runs = [a.path] if single else sorted(d.parent for d in a.path.glob("*/config.yaml"))
-    runs = [d for d in runs if checkpoint.available(d)]
+    runs, single = checkpoint.checkpointed_runs(a.path)
     if not single:
         runs = [d for d in runs if run_config(d).label == a.precision]
     if not runs:
