@@ -45,6 +45,7 @@ TINY = {
     "lm_precisions": [*TINY_LM, "sweep.seeds=[0]"],
     "lm_format_error": [*TINY_LM, "sweep.seeds=[3]"],
     "lm_scale_rule": [*TINY_LM, "sweep.seeds=[9]"],
+    "lm_grad_sr": [*TINY_LM, "sweep.seeds=[15]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -165,6 +166,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_precisions": (243, 0),
     "lm_format_error": (270, 0),  # 5 of lm_precisions' formats × its 9 (C, shape) pairs × fresh seeds 3–8
     "lm_scale_rule": (378, 0),  # bf16 + 3 formats × E8M0 floor and ceil, × the 9 pairs × fresh seeds 9–14
+    "lm_grad_sr": (216, 0),  # E2M1 × floor/ceil × gradient rounding nearest/stochastic, × 9 pairs × seeds 15–20
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -255,6 +257,7 @@ def test_preset_composes_and_expands(name, tmp_path):
 VARIANTS = {
     "lm_format_error": "lm_precisions",
     "lm_scale_rule": "lm_format_error",
+    "lm_grad_sr": "lm_scale_rule",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
