@@ -355,12 +355,22 @@ def _directional(d: np.ndarray, margin: float | None) -> tuple[float, float]:
     return greater, float(max(low, high))
 
 
+def _gap(df: pd.DataFrame, loss: str, worse: str, better: str) -> pd.DataFrame:
+    """Matched pairs (``_pairs``) of ``worse`` against ``better``; empty where either has no runs."""
+    try:
+        pairs, _, _ = _pairs(df, loss, better)
+    except InsufficientData:  # no runs of ``better`` (yet)
+        return pd.DataFrame(columns=["label", "delta", "_seed"])
+    return pairs[pairs["label"] == worse]
+
+
 def contrast(
     df: pd.DataFrame,
     worse: str,
     better: str,
     loss: str = "final_val_loss",
     margin: float | None = None,
+    minus: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Is ``worse`` worse than ``better``? Δ = L(worse) − L(better) on runs matched as in the module
     docstring (``better`` plays the reference). Returns n_pairs, mean and sd of Δ over the pairs, the
@@ -370,13 +380,18 @@ def contrast(
     when it is < 0.05 (the same as the 90 % interval ``ci90`` lying inside ±margin). ``p_seeds``: the
     same test (TOST with a margin, else one-sided) over the per-seed means instead of the pairs: runs
     of one seed share its initialisation and data order, so it asks whether the gap holds seed by
-    seed. NaN where fewer than two pairs (seeds) match; n_pairs 0 where either format has no usable
-    runs."""
-    try:
-        pairs, _, _ = _pairs(df, loss, better)
-    except InsufficientData:  # no runs of ``better`` (yet)
-        pairs = pd.DataFrame(columns=["label", "delta", "_seed"])
-    pairs = pairs[pairs["label"] == worse]
+    seed. With ``minus`` = (c, d), Δ is a difference of differences, (L(worse) − L(better)) − (L(c) −
+    L(d)) on runs matched across all four: does the first gap exceed the second? NaN where fewer than
+    two pairs (seeds) match; n_pairs 0 where a format has no usable runs."""
+    pairs = _gap(df, loss, worse, better)
+    if minus is not None:
+        keys = [c for c in pairs.columns if c.startswith("_") and c not in ("_loss", "_ref")]
+        other = _gap(df, loss, *minus)
+        if set(keys) <= set(other.columns):  # else one of c, d has no runs: nothing matches
+            pairs = pairs.merge(other[[*keys, "delta"]], on=keys, suffixes=("", "_minus"))
+            pairs["delta"] = pairs["delta"] - pairs["delta_minus"]
+        else:
+            pairs = pairs.iloc[:0]
     d = pairs["delta"].to_numpy(float)
     per_seed = pairs.groupby("_seed")["delta"].mean().to_numpy(float)
     greater, equivalent = _directional(d, margin)

@@ -484,6 +484,11 @@ def test_contrast_tests_a_gap_one_sided_and_an_equivalence_by_tost():
     assert math.isnan(same["p_seeds"])  # every seed's mean Δ is exactly 0: no spread, no test
     assert lmstudy.contrast(df, "same", "bf16", margin=0.0005)["p_equivalent"] > 0.05
     assert lmstudy.contrast(df, "big", "bf16", margin=0.01)["p_equivalent"] > 0.99  # 0.05 away
+    # a gap of gaps: (big − bf16) − (same − bf16) = big − same, on runs matched across all four
+    did = lmstudy.contrast(df, "big", "bf16", minus=("same", "bf16"))
+    assert did["n_pairs"] == 12 and did["mean"] == pytest.approx(0.05) and did["p_greater"] < 1e-6
+    assert lmstudy.contrast(df, "big", "same", minus=("big", "bf16"))["mean"] == pytest.approx(0.0, abs=1e-12)
+    assert lmstudy.contrast(df, "big", "bf16", minus=("same", "mxfp6_e2m3"))["n_pairs"] == 0
     # a format with no runs (a sweep still running): no pairs, no p, no exception
     none = lmstudy.contrast(df, "big", "mxfp6_e2m3")
     assert none["n_pairs"] == 0 and math.isnan(none["p_greater"]) and math.isnan(none["mean"])
@@ -618,3 +623,30 @@ def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_l
     ]
     assert table[-1].endswith("| 0.500 |")  # ceil, median of 0.4 and 0.6
     assert "fp4_e2m1: MSE ×1.00–1.00 (Gaussian ×1.023), flushed ×2.00–2.00" in text
+
+
+def test_grad_sr_section_needs_its_first_prediction_and_skips_the_bf16_figure(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import GRAD_SR, preregistered_section
+
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    labels = ("mxfp4_e2m1", "mxfp4_e2m1_ceil", "mxfp4_e2m1_sr", "mxfp4_e2m1_ceil_sr")
+
+    def section(offsets):
+        src = Source("lm_grad_sr", "python launch.py -m experiment=lm_grad_sr", tmp_path / "sr")
+        src.df = frame(formats=dict.fromkeys(labels, e2m1), seeds=(15, 16, 17), offsets=offsets, rng_seed=15)
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        preregistered_section(doc, GRAD_SR, src)
+        return "\n".join(doc.lines)
+
+    # ceil +0.2 with nearest rounding, +0.05 with stochastic: S1 and S2 hold, SR (on its own) too
+    text = section({"mxfp4_e2m1_ceil": 0.2, "mxfp4_e2m1_ceil_sr": 0.05})
+    assert f"**{REPRODUCED.capitalize()}.**" in text
+    assert "| S2 | mxfp4_e2m1_ceil − mxfp4_e2m1 exceeds mxfp4_e2m1_ceil_sr − mxfp4_e2m1_sr | – |" in text
+    s2 = next(line for line in text.splitlines() if line.startswith("| S2 |")).split(" | ")
+    assert float(s2[5].split(" ± ")[0]) == pytest.approx(0.15, abs=0.005)  # the gap of gaps, 0.2 − 0.05
+    assert not (tmp_path / "docs" / "figures" / "lm_grad_sr.png").exists()  # no bf16: no Δ-vs-bf16 figure
+    # stochastic rounding changes nothing: S1 alone → partially
+    assert f"**{PARTIAL.capitalize()}.**" in section({"mxfp4_e2m1_ceil": 0.2, "mxfp4_e2m1_ceil_sr": 0.2})
+    # no excess to explain: S1 fails → not, even where the gaps' difference comes out positive
+    assert f"**{NOT.capitalize()}.**" in section({"mxfp4_e2m1_ceil": 0.0, "mxfp4_e2m1_ceil_sr": -0.1})

@@ -166,7 +166,10 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_precisions": (243, 0),
     "lm_format_error": (270, 0),  # 5 of lm_precisions' formats × its 9 (C, shape) pairs × fresh seeds 3–8
     "lm_scale_rule": (378, 0),  # bf16 + 3 formats × E8M0 floor and ceil, × the 9 pairs × fresh seeds 9–14
-    "lm_grad_sr": (216, 0),  # E2M1 × floor/ceil × gradient rounding nearest/stochastic, × 9 pairs × seeds 15–20
+    "lm_grad_sr": (
+        216,
+        0,
+    ),  # E2M1 × floor/ceil × gradient rounding nearest/stochastic, × 9 pairs × seeds 15–20
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
