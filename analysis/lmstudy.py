@@ -380,7 +380,8 @@ def contrast(
     when it is < 0.05 (the same as the 90 % interval ``ci90`` lying inside ±margin). ``p_seeds``: the
     same test (TOST with a margin, else one-sided) over the per-seed means instead of the pairs: runs
     of one seed share its initialisation and data order, so it asks whether the gap holds seed by
-    seed. With ``minus`` = (c, d), Δ is a difference of differences, (L(worse) − L(better)) − (L(c) −
+    seed. ``p_two_sided`` and ``p_seeds_two_sided``: the two-sided tests, for a contrast no direction was
+    predicted for. With ``minus`` = (c, d), Δ is a difference of differences, (L(worse) − L(better)) − (L(c) −
     L(d)) on runs matched across all four: does the first gap exceed the second? NaN where fewer than
     two pairs (seeds) match; n_pairs 0 where a format has no usable runs."""
     pairs = _gap(df, loss, worse, better)
@@ -412,7 +413,16 @@ def contrast(
         "margin": margin,
         "p_equivalent": equivalent,
         "p_seeds": seeds[0] if margin is None else seeds[1],
+        "p_two_sided": _two_sided(d),
+        "p_seeds_two_sided": _two_sided(per_seed),
     }
+
+
+def _two_sided(d: np.ndarray) -> float:
+    """The two-sided one-sample t-test p that mean(d) ≠ 0 (NaN as ``_directional``)."""
+    if len(d) < 2 or not np.isfinite(d).all() or d.std(ddof=1) == 0:
+        return np.nan
+    return float(stats.ttest_1samp(d, 0.0).pvalue)
 
 
 def tensor_error_table(rows: pd.DataFrame) -> pd.DataFrame:

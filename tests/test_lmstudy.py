@@ -477,6 +477,8 @@ def test_contrast_tests_a_gap_one_sided_and_an_equivalence_by_tost():
     )
     # the other way round the one-sided test finds nothing (p near 1), where a two-sided one would
     assert lmstudy.contrast(df, "same", "big")["p_greater"] > 0.99
+    # two-sided, for a contrast with no predicted direction: small both ways round
+    assert lmstudy.contrast(df, "same", "big")["p_two_sided"] == pytest.approx(2 * big["p_greater"])
     # |Δ| ≈ 0.001 around 0: equivalent at ±0.01, not at ±0.0005 (the margin is inside the spread)
     same = lmstudy.contrast(df, "same", "bf16", margin=0.01)
     assert abs(same["mean"]) < 1e-12 and same["p_equivalent"] < 1e-6
@@ -634,7 +636,12 @@ def test_grad_sr_section_needs_its_first_prediction_and_skips_the_bf16_figure(tm
 
     def section(offsets):
         src = Source("lm_grad_sr", "python launch.py -m experiment=lm_grad_sr", tmp_path / "sr")
-        src.df = frame(formats=dict.fromkeys(labels, e2m1), seeds=(15, 16, 17), offsets=offsets, rng_seed=15)
+        df = frame(formats=dict.fromkeys(labels, e2m1), seeds=(15, 16, 17), offsets=offsets, rng_seed=15)
+        name = df["sweep.precision"]
+        src.df = df.assign(**{
+            "precision.scale_rule": np.where(name.str.contains("ceil"), "ceil", "floor"),
+            "precision.grad_rounding": np.where(name.str.endswith("_sr"), "stochastic", None),
+        })  # fmt: skip
         doc = _Doc(tmp_path / "docs" / "results.md")
         preregistered_section(doc, GRAD_SR, src)
         return "\n".join(doc.lines)
@@ -646,6 +653,12 @@ def test_grad_sr_section_needs_its_first_prediction_and_skips_the_bf16_figure(tm
     s2 = next(line for line in text.splitlines() if line.startswith("| S2 |")).split(" | ")
     assert float(s2[5].split(" ± ")[0]) == pytest.approx(0.15, abs=0.005)  # the gap of gaps, 0.2 − 0.05
     assert not (tmp_path / "docs" / "figures" / "lm_grad_sr.png").exists()  # no bf16: no Δ-vs-bf16 figure
+    # the measured rows hold nothing, test two-sided, and their stochastic runs get no closed-form ratio
+    measured = [line for line in text.splitlines() if line.startswith(("| SR |", "| best |"))]
+    assert len(measured) == 2 and all(
+        r.endswith("| – |") and "(measured, no prediction) | – |" in r for r in measured
+    )
+    assert "On the fresh seeds: S1, S2 held." in text
     # stochastic rounding changes nothing: S1 alone → partially
     assert f"**{PARTIAL.capitalize()}.**" in section({"mxfp4_e2m1_ceil": 0.2, "mxfp4_e2m1_ceil_sr": 0.2})
     # no excess to explain: S1 fails → not, even where the gaps' difference comes out positive
