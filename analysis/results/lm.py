@@ -255,13 +255,14 @@ SCALE_RULE = Preregistered(
 """3.3, as fixed in conf/experiment/lm_scale_rule.yaml before it ran."""
 
 GRAD_SR = Preregistered(
-    title="3.4 Ceil's cost for E2M1 is the gradients' flushed values: stochastic rounding of the gradients "
-    "shrinks it (pre-registered)",
+    title="3.4 Ceil's cost for E2M1 lies in rounding the gradients to nearest: stochastic rounding of the "
+    "gradients shrinks it (pre-registered)",
     rule=(
         "3.3 left a hypothesis: ceil's cost for E2M1 (its MSE unchanged on the trained tensors) is the "
         "values it flushes to 0, most of them in the gradients. Stochastic rounding keeps each value in "
-        "expectation, so nothing is lost on average; `precision.grad_rounding=stochastic` applies it to the "
-        "two gradient roles only. The predictions below were fixed in `conf/experiment/lm_grad_sr.yaml` "
+        "expectation, so nothing is lost on average (it removes every systematic rounding loss, of which "
+        "flushing is the largest here); `precision.grad_rounding=stochastic` applies it to the two gradient "
+        "roles only. The predictions below were fixed in `conf/experiment/lm_grad_sr.yaml` "
         "before it ran them on fresh seeds 15–20 (E2M1 under floor and ceil, gradients rounded to nearest "
         "or stochastically). Tests as in 3.2. Rule: reproduced when S1 and S2 hold; partially when S1 "
         "holds without S2; not when S1 fails."
