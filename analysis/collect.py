@@ -253,15 +253,22 @@ def study_records(sweep_dir: str | Path, kind: str) -> list[tuple[Path, dict[str
 RUN_COORDS = ("precision", "pair", "fwd_only", "N", "tokens_per_param", "budget", "status", "unstable")
 
 
+def run_rows(runs: pd.DataFrame, name: str) -> list[dict[str, Any]]:
+    """The rows of the step-keyed JSONL file ``name`` (metrics.jsonl, probe.jsonl, tensor_error.jsonl)
+    in each run's directory (``runs``' ``path``), each with its run's ``run``; runs without it add none."""
+    rows: list[dict[str, Any]] = []
+    for run, run_dir in zip(runs["run"], runs["path"], strict=True):
+        path = Path(run_dir) / name
+        if path.exists():
+            rows.extend({"run": run, **row} for row in read_metrics(path))
+    return rows
+
+
 def curves(sweep_dir: str | Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (run, logged step) from every metrics.jsonl, with the run's coordinates
     (``RUN_COORDS`` from ``collect``, or from ``runs`` if given) as extra columns."""
     runs = collect(sweep_dir) if runs is None else runs
-    rows: list[dict[str, Any]] = []
-    for run, run_dir in zip(runs["run"], runs["path"], strict=True):
-        path = Path(run_dir) / METRICS
-        if path.exists():
-            rows.extend({"run": run, **row} for row in read_metrics(path))
+    rows = run_rows(runs, METRICS)
     if not rows:
         return pd.DataFrame(columns=["run", "step", *RUN_COORDS])
     long = pd.DataFrame(rows)

@@ -413,16 +413,9 @@ def contrast(
         "margin": margin,
         "p_equivalent": equivalent,
         "p_seeds": seeds[0] if margin is None else seeds[1],
-        "p_two_sided": _two_sided(d),
-        "p_seeds_two_sided": _two_sided(per_seed),
+        "p_two_sided": _t_test(d),
+        "p_seeds_two_sided": _t_test(per_seed),
     }
-
-
-def _two_sided(d: np.ndarray) -> float:
-    """The two-sided one-sample t-test p that mean(d) ≠ 0 (NaN as ``_directional``)."""
-    if len(d) < 2 or not np.isfinite(d).all() or d.std(ddof=1) == 0:
-        return np.nan
-    return float(stats.ttest_1samp(d, 0.0).pvalue)
 
 
 def tensor_error_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -437,6 +430,7 @@ def tensor_error_table(rows: pd.DataFrame) -> pd.DataFrame:
     keys["value"] = med.to_numpy(float)
     keys["column"] = keys["metric"] + "/" + keys["operand"]
     out = keys.pivot_table(index=["format", "rule"], columns="column", values="value", sort=False)
+    out = out[list(dict.fromkeys(keys["column"]))]  # the rows' own order of operands, not alphabetical
     out.columns.name = None
     return out.reset_index()
 

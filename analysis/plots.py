@@ -920,6 +920,12 @@ def _lm_plain_axis(axis) -> None:
     axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
+def _log_dodge(i: int, n: int, step: float) -> float:
+    """The factor that puts item ``i`` of ``n`` side by side on a log x axis, ``step`` decades apart and
+    centred on the true x, so error bars at one x do not hide each other."""
+    return 10 ** ((i - (n - 1) / 2) * step)
+
+
 def loss_vs_compute_plot(table: pd.DataFrame, fit: Any = None, *, loss: str = "final_val_loss") -> Figure:
     """Every precision on one axis: per nominal budget, each seed's best loss over the shapes run, mean
     ± sd over seeds (``analysis.lmstudy.loss_vs_compute``; labels in its row order, points dodged a
@@ -941,7 +947,7 @@ def loss_vs_compute_plot(table: pd.DataFrame, fit: Any = None, *, loss: str = "f
     curves, hollow = 0, False
     for i, label in enumerate(labels):
         g = table[table["label"] == label].sort_values("budget")
-        off = 10 ** ((i - (n - 1) / 2) * step)
+        off = _log_dodge(i, n, step)
         m = fit.multipliers.get(label) if fit is not None else None
         text = f"{label} (m_P = {m:.3g})" if m is not None else label
         ax.errorbar(
@@ -1146,16 +1152,16 @@ def format_error_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
             groups[-1].append(r)
         else:
             groups.append([r])
-    dodge = {r.label: 10 ** ((j - (len(g) - 1) / 2) * 0.06) for g in groups for j, r in enumerate(g)}
+    dodge = {r.label: _log_dodge(j, len(g), 0.06) for g in groups for j, r in enumerate(g)}
     n = max(1, len(samples))
     for i, s in enumerate(samples):
-        off = 10 ** ((i - (n - 1) / 2) * 0.015)
+        off = _log_dodge(i, n, 0.015)
         for r in points[points["sample"] == s].itertuples(index=False):
             sd = 0.0 if pd.isna(r.sd) else r.sd
             x = r.error * dodge[r.label] * off
             marker = markers.get(int(r.bits), "D")
             ax.errorbar(x, r.mean, yerr=sd, fmt=marker, ms=6, capsize=2.5, color=colour[s], zorder=3)
-    spread = 10 ** ((n - 1) / 2 * 0.015)
+    spread = _log_dodge(n - 1, n, 0.015)  # the outermost sample's offset
     for k, g in enumerate(groups):
         names = [str(r.label) for r in g]
         at = points[points["label"].isin(names)]

@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis.collect import run_rows
 from analysis.instability import FINISHED
 
 BLOWUP = 2.0
@@ -170,14 +170,7 @@ def _clip_mean(rows: pd.DataFrame) -> pd.Series:
 
 def probes(runs: pd.DataFrame) -> pd.DataFrame:
     """The rows of every run's ``probe.jsonl`` (``train.probe``), with the run's ``run`` column."""
-    from records import read_metrics
-
-    rows = []
-    for run, path in zip(runs["run"], runs["path"], strict=True):
-        p = Path(path) / "probe.jsonl"
-        if p.exists():
-            rows.extend({"run": run, **r} for r in read_metrics(p))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(run_rows(runs, "probe.jsonl"))
 
 
 def _probe_at(probe: pd.DataFrame, run: str | None, before: float | None = None) -> tuple[float, float]:

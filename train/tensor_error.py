@@ -86,10 +86,9 @@ def operands(model: nn.Module, task: Any, step: int) -> dict[str, dict[str, torc
     return {n: {**t, "X_T": t["X"].t(), "dY_T": t["dY"].t()} for n, t in seen.items()}
 
 
-def tensor_errors(
-    run_dir: str | Path, formats: tuple[tuple[str, str], ...] = FORMATS
-) -> list[dict[str, Any]]:
-    """Measure one run (see the module docstring); returns the rows it wrote (``OUT``)."""
+def tensor_errors(run_dir: str | Path, formats: tuple[tuple[str, str], ...] = FORMATS) -> dict[str, Any]:
+    """Measure one run (see the module docstring); returns the row it wrote to ``OUT``: the step and,
+    per ``<metric>/<operand>/<format>/<rule>``, the mean over the model's Linears."""
     from train.tasks import make_task
 
     run_dir = Path(run_dir)

@@ -340,6 +340,7 @@ def relative_mse(
     )["total"]
 
 
+@functools.cache  # pure, ~50 ms, and a report asks for the same few formats many times
 def format_error(name: str, octave_points: int = 16, *, scale_rule: str | None = None) -> float:
     """The relative MSE that format ``name`` gives a Gaussian tensor of unknown scale: an element format
     (blocks of 32, E8M0 floor: the OCP MX default) or a recipe (``mxfp6_e2m3``, ``nvfp4`` …: its own

@@ -9,7 +9,9 @@ ceil's cost for E2M1 the gradients' flushed values?).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis.instability import FINISHED, sci, si
@@ -186,34 +188,64 @@ class Prediction:
 @dataclass(frozen=True)
 class Preregistered:
     """A claim of our own, tested on fresh seeds with predictions fixed in its preset's header before
-    it ran: the section's title and rule, the sweep (``preset``), its predictions, which of them decide
-    the verdict (``decide``: reproduced when all hold, partially when some do), and what a reader should
-    set the outcome against (``contrast``)."""
+    it ran: the section's title, what it tests and how (``why``), the sweep (``preset``; its figure is
+    ``<preset>.png``), its predictions, which of them decide the verdict (``decide``: reproduced when all
+    hold, partially when some do), and what a reader should set the outcome against (``contrast``). The
+    section writes the rule's sentence itself (``rule``), from the same fields."""
 
     title: str
-    rule: str
+    why: str
     preset: str
     predictions: tuple[Prediction, ...]
     decide: tuple[str, ...]
     contrast: str
-    figure: str
     first: str | None = None
-    """A prediction that must hold for anything above "not reproduced" (else: partially when some of
-    ``decide`` hold)."""
+    """A prediction that must hold for anything above "not reproduced" (then partially when it holds
+    but not all of ``decide``)."""
+
+    def rule(self, seeds: str | None = None) -> str:
+        """``why``, where the predictions were fixed and the verdict's rule, in words."""
+        fixed = f"before it ran them on fresh seeds {seeds}" if seeds else "before it ran"
+        if self.first is None:
+            partial = "partially when some do; not when none does"
+        else:
+            rest = " or ".join(h for h in self.decide if h != self.first)
+            partial = f"partially when {self.first} holds but not {rest}; not when {self.first} fails"
+        own = [h.name for h in self.predictions if h.name not in self.decide and not h.measured]
+        one = len(own) == 1
+        alone = (
+            f" {_and(own)} {'is' if one else 'are'} reported on {'its' if one else 'their'} own."
+            if own
+            else ""
+        )
+        return (
+            f"{self.why} The predictions below were fixed in `conf/experiment/{self.preset}.yaml` {fixed}. "
+            f"Rule: reproduced when {_and(self.decide)} hold; {partial}.{alone}"
+        )
+
+    def verdict(self, held: dict[str, bool]) -> str:
+        """The rule applied to which predictions held on the fresh seeds."""
+        if self.first is not None and not held.get(self.first, False):
+            return NOT
+        core = [held.get(h, False) for h in self.decide]
+        return REPRODUCED if all(core) else PARTIAL if any(core) else NOT
+
+
+def _and(names: tuple[str, ...] | list[str]) -> str:
+    """ "H1", "H1 and H2", "H1, H2 and H3"."""
+    names = list(names)
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 FORMAT_ERROR = Preregistered(
     title="3.2 The format's quantization error, not its bits per element, orders the loss gap "
     "(pre-registered)",
-    rule=(
+    why=(
         "The closed-form relative MSE of Gaussian blocks (2.3's error model, averaged over an octave of σ) "
         "orders the MX formats by mantissa bits, not width: E2M3 (6 bits) < E4M3 (8) < E5M2 (8) = E3M2 (6). "
-        "lm_precisions (seeds 0–2) showed the loss gaps in that order; the predictions below were fixed in "
-        "`conf/experiment/lm_format_error.yaml` before it ran them on fresh seeds 3–8. Δ = final val loss "
-        "of the first format − the second's on matched runs (as 1.5); one-sided paired t-test over the "
-        "pairs, α = 0.05; equivalence by two one-sided tests (TOST) at the margin. Rule: reproduced when "
-        "H1, H2 and H3 hold on the fresh seeds; partially when some do; not when none does. H4 is reported "
-        "on its own."
+        "lm_precisions showed the loss gaps in that order. Δ = final val loss of the first format − the "
+        "second's on matched runs (as 1.5); one-sided paired t-test over the pairs, α = 0.05; equivalence by "
+        "two one-sided tests (TOST) at the margin."
     ),
     preset="lm_format_error",
     predictions=(
@@ -225,20 +257,17 @@ FORMAT_ERROR = Preregistered(
     decide=("H1", "H2", "H3"),
     contrast="A bits-per-element law (3.1's m_P ordered by width) predicts no gap in H1 and H2 and the "
     "opposite of H4.",
-    figure="lm_format_error.png",
 )
 """3.2, as fixed in conf/experiment/lm_format_error.yaml before it ran."""
 
 SCALE_RULE = Preregistered(
     title="3.3 The E8M0 scale rule moves the loss as the error model says: ceil helps E4M3, not E2M3 "
     "(pre-registered)",
-    rule=(
+    why=(
         "Only the E8M0 scale rule changes: floor (OCP; a block max in [0.875, 1) of E4M3's top binade clamps "
         "to 448) or ceil (never clamps; Mishra et al. 2025 round MXFP8's scale up). The closed-form error "
-        "(as in 3.2) predicts ceil −22 % for E4M3 (below E2M3's), −0.05 % for E2M3, +2.3 % for E2M1; the "
-        "predictions below were fixed in `conf/experiment/lm_scale_rule.yaml` before it ran them on fresh "
-        "seeds 9–14. Tests as in 3.2. Rule: reproduced when G1, G2 and G3 hold; partially when some do; "
-        "not when none does. G4 is reported on its own."
+        "(as in 3.2; the error ratio below) predicts that ceil lowers E4M3's below E2M3's, leaves E2M3's "
+        "and raises E2M1's a little. Tests as in 3.2."
     ),
     preset="lm_scale_rule",
     predictions=(
@@ -250,22 +279,19 @@ SCALE_RULE = Preregistered(
     decide=("G1", "G2", "G3"),
     contrast="Bits per element are the same on both sides of G1, G3 and G4: a law in bits predicts no gap "
     "there, and G2 the opposite (8-bit E4M3 was the worse in 3.2's H4).",
-    figure="lm_scale_rule.png",
 )
 """3.3, as fixed in conf/experiment/lm_scale_rule.yaml before it ran."""
 
 GRAD_SR = Preregistered(
     title="3.4 Ceil's cost for E2M1 lies in rounding the gradients to nearest: stochastic rounding of the "
     "gradients shrinks it (pre-registered)",
-    rule=(
+    why=(
         "3.3 left a hypothesis: ceil's cost for E2M1 (its MSE unchanged on the trained tensors) is the "
         "values it flushes to 0, most of them in the gradients. Stochastic rounding keeps each value in "
         "expectation, so nothing is lost on average (it removes every systematic rounding loss, of which "
         "flushing is the largest here); `precision.grad_rounding=stochastic` applies it to the two gradient "
-        "roles only. The predictions below were fixed in `conf/experiment/lm_grad_sr.yaml` "
-        "before it ran them on fresh seeds 15–20 (E2M1 under floor and ceil, gradients rounded to nearest "
-        "or stochastically). Tests as in 3.2. Rule: reproduced when S1 and S2 hold; partially when S1 "
-        "holds without S2; not when S1 fails."
+        "roles only. E2M1 under floor and ceil, gradients rounded to nearest or stochastically; tests as "
+        "in 3.2."
     ),
     preset="lm_grad_sr",
     predictions=(
@@ -278,7 +304,6 @@ GRAD_SR = Preregistered(
     first="S1",
     contrast="Measured beside them: SR, ceil's excess over floor with the gradients rounded "
     "stochastically; best, ceil with stochastic gradients against the OCP default (floor, nearest).",
-    figure="lm_grad_sr.png",
 )
 """3.4, as fixed in conf/experiment/lm_grad_sr.yaml before it ran."""
 
@@ -286,6 +311,25 @@ GRAD_SR = Preregistered(
 def _num(value: float, spec: str) -> str:
     """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
     return "–" if pd.isna(value) else format(value, spec)
+
+
+def _judge(h: Prediction, c: dict[str, Any]) -> tuple[str, bool, float, float]:
+    """(the prediction in words, whether it held, the p the rule reads, the same over seed means) for
+    ``h`` from its ``lmstudy.contrast``."""
+    if h.measured:  # no direction was predicted: two-sided, and nothing to hold
+        return (
+            f"{h.worse} − {h.better} (measured, no prediction)",
+            False,
+            c["p_two_sided"],
+            c["p_seeds_two_sided"],
+        )
+    if h.margin is not None:
+        claim, p = f"{h.worse} ≡ {h.better} (±{h.margin:g})", c["p_equivalent"]
+    elif h.minus is not None:
+        claim, p = f"{h.worse} − {h.better} exceeds {h.minus[0]} − {h.minus[1]}", c["p_greater"]
+    else:
+        claim, p = f"{h.worse} worse than {h.better}", c["p_greater"]
+    return claim, bool(p < ALPHA), p, c["p_seeds"]
 
 
 def _block_errors(df: pd.DataFrame) -> dict[str, float]:
@@ -320,13 +364,11 @@ def preregistered_section(
     from analysis import lmstudy, plots
 
     if not confirm.ran:
-        doc.claim(spec.title, NOT_RUN, spec.rule, confirm)
+        doc.claim(spec.title, NOT_RUN, spec.rule(), confirm)
         return
     samples = [(s, lmstudy.label_column(s.df)) for s in (explore, confirm) if s is not None and s.ran]
-    names = {
-        id(s): f"{s.name} (seeds {_seed_list(sorted(df['train.seed'].dropna().astype(int).unique()))})"
-        for s, df in samples
-    }
+    seeds = {id(s): _seed_list(sorted(df["train.seed"].dropna().astype(int).unique())) for s, df in samples}
+    names = {id(s): f"{s.name} (seeds {seeds[id(s)]})" for s, _ in samples}
     errors = {k: v for _, df in samples for k, v in _block_errors(df).items()}
     rows, held, even = [], {}, []
     for h in spec.predictions:
@@ -334,24 +376,9 @@ def preregistered_section(
             c = lmstudy.contrast(df, h.worse, h.better, margin=h.margin, minus=h.minus)
             if s is not confirm and not c["n_pairs"]:
                 continue  # the exploratory sample lacks one of the formats
-            if h.margin is not None:
-                ok = bool(c["p_equivalent"] < ALPHA)
-                claim, p = f"{h.worse} ≡ {h.better} (±{h.margin:g})", c["p_equivalent"]
-                p_seeds = c["p_seeds"]
-            else:
-                ok = bool(c["p_greater"] < ALPHA)
-                claim, p = f"{h.worse} worse than {h.better}", c["p_greater"]
-                p_seeds = c["p_seeds"]
-                if h.minus is not None:
-                    claim = f"{h.worse} − {h.better} exceeds {h.minus[0]} − {h.minus[1]}"
-                if h.measured:  # no direction was predicted: two-sided
-                    claim = f"{h.worse} − {h.better} (measured, no prediction)"
-                    p, p_seeds = c["p_two_sided"], c["p_seeds_two_sided"]
-            ratio = (
-                errors.get(h.worse, float("nan")) / errors.get(h.better, float("nan"))
-                if h.minus is None
-                else float("nan")  # a gap of gaps: no one error ratio
-            )
+            claim, ok, p, p_seeds = _judge(h, c)
+            # a gap of gaps has no one error ratio
+            ratio = errors.get(h.worse, np.nan) / errors.get(h.better, np.nan) if h.minus is None else np.nan
             if s is confirm and not h.measured:
                 held[h.name] = ok
                 if abs(ratio - 1) < 0.05 and c["n_pairs"]:
@@ -372,11 +399,7 @@ def preregistered_section(
                     "holds": "–" if h.measured else "yes" if ok else "no",
                 }
             )
-    core = [held.get(h, False) for h in spec.decide]
-    verdict = REPRODUCED if all(core) else PARTIAL if any(core) else NOT
-    if spec.first is not None and not held.get(spec.first, False):
-        verdict = NOT
-    doc.claim(spec.title, verdict, spec.rule, confirm)
+    doc.claim(spec.title, spec.verdict(held), spec.rule(seeds[id(confirm)]), confirm)
     left = confirm.asked - int(confirm.df["status"].isin(FINISHED).sum())
     if left > 0:
         doc.add(f"{left} of the {confirm.asked} runs of `{confirm.name}` have not finished yet: the verdict "
@@ -444,28 +467,27 @@ def preregistered_section(
             "",
         )
         caption = "Δ vs bf16 against the format's quantization error"
-        doc.figure(plots.format_error_plot(pts), spec.figure, caption)
+        doc.figure(plots.format_error_plot(pts), f"{spec.preset}.png", caption)
     _tensor_errors(doc, confirm)
 
 
 def _tensor_errors(doc: _Doc, src: Source) -> None:
     """The error of the trained models' own tensors (``train.tensor_error``'s rows in ``src``'s runs),
     beside the Gaussian closed form, for the formats and rules ``src`` trained; nothing without rows."""
-    from pathlib import Path
-
     from analysis import lmstudy
     from analysis.blocksize.theory import format_error
-    from records import read_metrics
+    from analysis.collect import run_rows
 
-    paths = dict.fromkeys(src.df.get("path", []))  # each run once
-    rows = [r for path in paths for r in read_metrics(Path(path) / "tensor_error.jsonl")]
+    df = src.df
+    if "path" not in df:
+        return
+    rows = run_rows(df.drop_duplicates("path"), "tensor_error.jsonl")  # each run directory once
     table = lmstudy.tensor_error_table(pd.DataFrame(rows))
     if table.empty:
         return
-    df = src.df
     trained = set(zip(df.get("w", []), df.get("precision.scale_rule", []), strict=True))
     table = table[[(f, r) in trained for f, r in zip(table["format"], table["rule"], strict=True)]]
-    operands = ["W", "X", "X_T", "dY", "dY_T"]
+    operands = list(dict.fromkeys(c.split("/")[1] for c in table.columns if c.startswith("rel_mse/")))
     shown = pd.DataFrame({"format": table["format"], "rule": table["rule"]})
     shown["Gaussian"] = [
         f"{format_error(f, scale_rule=r):.3g}" for f, r in zip(table["format"], table["rule"], strict=True)
