@@ -24,7 +24,16 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from quant.formats import ELEM_FORMATS, RECIPES, SCALE_FORMATS, ElemKind, Rounding, ScaleRule, precision_names
+from quant.formats import (
+    ELEM_FORMATS,
+    RECIPES,
+    SCALE_FORMATS,
+    ElemKind,
+    Rounding,
+    ScaleKind,
+    ScaleRule,
+    precision_names,
+)
 from quant.spec import QuantSpec
 from records.precision import DEFAULTS, INHERITS
 
@@ -53,6 +62,10 @@ class QuantPolicy:
     block_size: int = DEFAULTS["block_size"]
     scale: str = DEFAULTS["scale"]
     scale_rule: str = DEFAULTS["scale_rule"]
+    global_scale: bool = DEFAULTS["global_scale"]
+    """A per-tensor fp32 scale above the block scales (NVFP4's second level: the tensor's amax maps to
+    the top of scale × element range, so a float scale format cannot underflow whatever the tensor's
+    magnitude). Needs a float scale (``ue4m3``, ``ue5m3``); recipes bring their own."""
     rounding: str = DEFAULTS["rounding"]
     grad_rounding: str | None = DEFAULTS["grad_rounding"]
     """Rounding of the two gradient roles (default: ``rounding``); ``stochastic`` is common here."""
@@ -83,6 +96,13 @@ class QuantPolicy:
         if self.scale not in SCALE_FORMATS:
             raise ValueError(
                 f"precision.scale={self.scale!r} is unknown; use one of: {', '.join(SCALE_FORMATS)}"
+            )
+        named = [getattr(self, role) for role in ROLES]
+        blocks = any(v in ELEM_FORMATS and ELEM_FORMATS[v].kind is ElemKind.BLOCK for v in named)
+        if self.global_scale and blocks and SCALE_FORMATS[self.scale].kind is not ScaleKind.FLOAT:
+            raise ValueError(
+                f"precision.global_scale=true needs a float block scale, not precision.scale={self.scale}: "
+                "set precision.scale=ue4m3 (NVFP4's) or ue5m3"
             )
         enums = (("scale_rule", ScaleRule), ("norm_scale_rule", ScaleRule), ("rounding", Rounding))
         for field, enum in enums:
@@ -121,7 +141,12 @@ class QuantPolicy:
             if name not in RECIPES:
                 continue
             r = RECIPES[name]
-            own = {"block_size": r.block_size, "scale": r.scale, "scale_rule": r.scale_rule.value}
+            own = {
+                "block_size": r.block_size,
+                "scale": r.scale,
+                "scale_rule": r.scale_rule.value,
+                "global_scale": r.global_scale,
+            }
             for key, value in own.items():
                 mine = getattr(self, key)
                 if value is not None and mine != defaults[key] and mine != value:
@@ -170,6 +195,7 @@ class QuantPolicy:
             scale=self.scale,
             scale_rule=scale_rule or self.scale_rule,
             rounding=rounding,
+            global_scale=self.global_scale,
         )
 
 

@@ -2,10 +2,11 @@
 names and skips runs by it, a run refuses to resume into a directory holding another identity).
 
 The hash covers every field of the typed ``RunConfig`` (defaults included) except where the run is
-written and how it is watched: ``out_dir``, ``logger`` (wandb), ``train.device`` and
-``data.data_dir``. A branch's ``train.branch_from`` enters as the parent directory's *name* (which
-ends in the parent's hash), so moving a sweep directory never changes an identity. Numbers are
-hashed as floats, so ``lr: 1`` and ``lr: 1.0`` are the same run.
+written and how it is watched (``out_dir``, ``logger`` (wandb), ``train.device``, ``data.data_dir``)
+and fields added later while at their default (``LATE_DEFAULTS``). A branch's ``train.branch_from``
+enters as the parent directory's *name* (which ends in the parent's hash), so moving a sweep
+directory never changes an identity. Numbers are hashed as floats, so ``lr: 1`` and ``lr: 1.0`` are
+the same run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from typing import Any
 
 NOT_IDENTITY = ("out_dir", "logger", "train.device", "data.data_dir")
 """Dotted fields that do not change what a run computes."""
+
+LATE_DEFAULTS: dict[str, Any] = {"precision.global_scale": False}
+"""Dotted fields added after records existed, and their defaults: hashed only where a run sets
+something else, so that every run that does not use one keeps the identity (directory name, skip
+rule, resume check) it had before the field existed."""
 
 HASH_CHARS = 8
 
@@ -33,6 +39,9 @@ def identity_of(config: Any, cache: dict | None = None) -> dict[str, Any]:
     d = _plain(config, cache)
     for key in NOT_IDENTITY:
         d = _without(d, key.split("."))
+    for key, default in LATE_DEFAULTS.items():
+        if _get(d, key.split("."), default) == default:
+            d = _without(d, key.split("."))
     train = d.get("train")
     if isinstance(train, dict) and train.get("branch_from"):
         d["train"] = {**train, "branch_from": os.path.basename(os.path.normpath(train["branch_from"]))}
@@ -43,6 +52,15 @@ def run_id(run: Any, cache: dict | None = None) -> str:
     """Short stable hash of ``identity(run)`` (``run`` a ``RunConfig`` or its plain-data form)."""
     text = json.dumps(identity(run, cache), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]
+
+
+def _get(d: Any, path: list[str], missing: Any) -> Any:
+    """The value at the nested key ``path`` of ``d``, or ``missing`` where there is none."""
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return missing
+        d = d[key]
+    return d
 
 
 def _without(d: Any, path: list[str]) -> Any:

@@ -25,6 +25,7 @@ differs from the defaults:
     mxfp8_e4m3-fwd             forward-only MX (both backward GEMMs in high precision)
     mxfp8_e4m3-ln_mxfp8_e4m3   LayerNorm γ/β quantized too
     fp4_e2m1-bs16-ue5m3        a non-MX scale drops the ``mx`` prefix; the geometry is spelled out
+    fp4_e2m1-bs8-ue4m3-global  … under a per-tensor fp32 scale (NVFP4's two levels, blocks of 8)
 
 An element format with E8M0 scales is an MX format, so ``fp8_e4m3`` and the recipe ``mxfp8_e4m3``
 (the same numerics) get the same label. The label is not the run's identity (``records.identity``
@@ -47,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "block_size": 32,
     "scale": "e8m0",
     "scale_rule": "floor",
+    "global_scale": False,
     "rounding": "even",
     "grad_rounding": None,
     "quantize_backward": True,
@@ -71,6 +73,7 @@ _TAGS = (  # setting → how a non-default value shows in the label
     ("block_size", lambda v: f"bs{v}"),
     ("scale", str),
     ("scale_rule", str),
+    ("global_scale", lambda v: "global"),
     ("rounding", lambda v: f"round_{v}"),
     ("grad_rounding", lambda v: f"grad_round_{v}"),
     ("norm_affine", None),  # formatted as a format name: ln_<format>

@@ -23,15 +23,15 @@ def test_ceil_flushes_what_floor_keeps_in_a_narrow_format():
     # 0.1/0.25 = 0.4 rounds to the subnormal 0.5 (kept). Ceil: scale 0.5 (≥ 1.6/6), 0.1/0.5 = 0.2 rounds
     # to 0: all 31 flushed, and its error is larger although its max no longer clamps.
     t = torch.tensor([[1.6] + [0.1] * 31])
-    mse_floor, flushed_floor = te.errors(t, "fp4_e2m1", "floor")
-    mse_ceil, flushed_ceil = te.errors(t, "fp4_e2m1", "ceil")
+    mse_floor, flushed_floor = te.errors(t, te.Measured("fp4_e2m1", "floor"))
+    mse_ceil, flushed_ceil = te.errors(t, te.Measured("fp4_e2m1", "ceil"))
     assert flushed_floor == 0.0 and flushed_ceil == pytest.approx(31 / 32)
     energy = 1.6**2 + 31 * 0.01
     assert mse_floor == pytest.approx((0.1**2 + 31 * 0.025**2) / energy)
     assert mse_ceil == pytest.approx((0.1**2 + 31 * 0.1**2) / energy)
     # E4M3 has the range: nothing flushed under either rule, and ceil removes the clamp's error
-    assert te.errors(t, "fp8_e4m3", "ceil")[1] == 0.0 == te.errors(t, "fp8_e4m3", "floor")[1]
-    assert all(math.isnan(v) for v in te.errors(torch.zeros(2, 32), "fp4_e2m1", "floor"))
+    assert te.errors(t, te.Measured("fp8_e4m3", "ceil"))[1] == 0.0 == te.errors(t, te.Measured("fp8_e4m3"))[1]
+    assert all(math.isnan(v) for v in te.errors(torch.zeros(2, 32), te.Measured("fp4_e2m1")))
 
 
 def test_probe_on_a_tiny_lm_run_and_the_table_from_its_rows(tmp_path):
@@ -44,13 +44,13 @@ def test_probe_on_a_tiny_lm_run_and_the_table_from_its_rows(tmp_path):
     assert [f.parent.name.split("_C")[0] for f in files] == ["bf16"]
     (row,) = read_metrics(files[0])
     keys = [k for k in row if k != "step"]
-    assert len(keys) == 2 * 5 * len(te.FORMATS)  # 2 metrics × 5 operands × 10 (format, rule)
+    assert len(keys) == 2 * 5 * len(te.MX)  # 2 metrics × 5 operands × 10 (format, rule)
     assert all(np.isfinite(row[k]) for k in keys)
     for o in ("W", "X", "X_T", "dY", "dY_T"):  # 2 mantissa bits lose more than 3, whatever the tensor
         assert row[f"rel_mse/{o}/fp8_e5m2/floor"] > row[f"rel_mse/{o}/fp8_e4m3/ceil"]
         assert 0 <= row[f"flushed/{o}/fp4_e2m1/floor"] <= 1
     table = lmstudy.tensor_error_table(pd.DataFrame([row, row]))
-    assert len(table) == len(te.FORMATS) and list(table.columns[:2]) == ["format", "rule"]
+    assert len(table) == len(te.MX) and list(table.columns[:2]) == ["format", "rule"]
     got = table.set_index(["format", "rule"]).loc[("fp4_e2m1", "ceil"), "flushed/dY_T"]
     assert got == pytest.approx(row["flushed/dY_T/fp4_e2m1/ceil"])
     assert te.main([str(tmp_path / "nothing")]) == 2

@@ -14,9 +14,11 @@ checkpoint (the model as trained, quantization off), takes the batch the run wou
     dY    [tokens, out]  along ``out``     data gradient dX = dY W
     dY_T  [out, tokens]  along ``tokens``  weight gradient
 
-and computes, per (element format, scale rule) of ``FORMATS``,
+and computes, per block quantization of a set (``MX``: every element format in blocks of 32 with E8M0
+scales under the floor and ceil rules; ``FP4_BLOCKS``: E2M1 under every block size and scale format
+of study 2),
 
-    rel_mse = ‖Q(t) − t‖² / ‖t‖²     (Q: ``quant.quantize``, blocks of 32, E8M0 scales, RNE)
+    rel_mse = ‖Q(t) − t‖² / ‖t‖²     (Q: ``quant.quantize``, round to nearest even)
     flushed = #{t ≠ 0 : Q(t) = 0} / #{t ≠ 0}
 
 The first is the tensor's own relative MSE (the Gaussian one where t's blocks are Gaussian). The
@@ -25,13 +27,20 @@ below the element grid's smallest subnormal, where they round to 0 — more of t
 format (E2M1, E2M3), and more under the ceil rule, which gives up up to one binade of range so that the
 max never clamps. One row, each metric averaged over the model's Linears (keys
 ``<metric>/<operand>/<format>/<rule>``, the metrics.jsonl convention), goes to
-``<run>/tensor_error.jsonl``, written atomically and replaced on every call; ``analysis`` reads it.
+``<run>/tensor_error.jsonl``, written atomically; a call replaces its set's keys and keeps the other
+set's (measured at the same checkpoint); ``analysis`` reads it.
+
+Study 2's inversion lives in the gradients here: a loss averaged over thousands of tokens gives dY
+an rms of 1e-5–1e-4, below the range of UE4M3 scales (all of dY flushes without NVFP4's per-tensor
+scale) and at the bottom of UE5M3's, where a small block's scale is subnormal or 0 and finer blocks
+lose more, as they do for weights of σ ≲ 0.02 under UE4M3.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,27 +49,73 @@ import torch
 import torch.nn as nn
 
 import quant
-from records import atomic_write, dumps
+from records import atomic_write, dumps, read_metrics
+from records.precision import label
 from train import checkpoint
 from train.probe import run_config
 
 OUT = "tensor_error.jsonl"
-FORMATS = tuple(
-    (elem, rule)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One block quantization to measure: ``elem`` in blocks of ``block_size`` along the contraction,
+    ``scale`` block scales set by ``rule``, under a per-tensor fp32 scale where ``global_scale``."""
+
+    elem: str
+    rule: str = "floor"
+    block_size: int = 32
+    scale: str = "e8m0"
+    global_scale: bool = False
+
+    @property
+    def name(self) -> str:
+        """The format part of the row's keys: the element format for MX blocks (32, E8M0), else the
+        precision label's spelling (``fp4_e2m1-bs8-ue4m3-global``)."""
+        geometry = {"block_size": self.block_size, "scale": self.scale, "global_scale": self.global_scale}
+        if geometry == {"block_size": 32, "scale": "e8m0", "global_scale": False}:
+            return self.elem
+        return label({"w": self.elem, "a": self.elem, **geometry})
+
+    def key(self, metric: str, operand: str) -> str:
+        return f"{metric}/{operand}/{self.name}/{self.rule}"
+
+
+MX = tuple(
+    Measured(elem, rule)
     for elem in ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
     for rule in ("floor", "ceil")
 )
-"""(element format, E8M0 scale rule) pairs measured: every MX element format, under both rules."""
+"""Every MX element format (blocks of 32, E8M0) under both scale rules."""
+
+FP4_BLOCKS = tuple(
+    Measured("fp4_e2m1", "floor", block, scale, glob)
+    for scale, glob in (("e8m0", False), ("ue4m3", True), ("ue5m3", False), ("ue4m3", False))
+    for block in (8, 16, 32)
+)
+"""FP4 E2M1 in blocks of 8, 16 and 32 under each block-scale format of study 2: E8M0 (MXFP4's),
+UE4M3 under a per-tensor scale (NVFP4's two levels), UE5M3 and UE4M3 alone (whose range the tensor's
+magnitude must fit: study 2's inversion, where small blocks' scales underflow)."""
+
+SETS = {"mx": MX, "fp4_blocks": FP4_BLOCKS}
+"""The sets ``--formats`` names; each call adds its set's keys to the run's row."""
 
 
-def errors(t: torch.Tensor, elem: str, rule: str) -> tuple[float, float]:
-    """(rel_mse, flushed) of ``t`` quantized to ``elem`` in blocks of 32 along its last axis, E8M0
-    scales under ``rule`` (see the module docstring); NaN for an all-zero tensor."""
+def errors(t: torch.Tensor, m: Measured) -> tuple[float, float]:
+    """(rel_mse, flushed) of ``t`` quantized as ``m`` says along its last axis, rounding to nearest
+    (see the module docstring); NaN for an all-zero tensor."""
     t = t.detach().float().reshape(-1, t.shape[-1])
     energy, nonzero = float(t.square().sum()), t != 0
     if energy == 0.0:
         return float("nan"), float("nan")
-    q = quant.quantize(t.contiguous(), elem, block_size=32, scale="e8m0", scale_rule=rule)
+    q = quant.quantize(
+        t.contiguous(),
+        m.elem,
+        block_size=m.block_size,
+        scale=m.scale,
+        scale_rule=m.rule,
+        global_scale=m.global_scale,
+    )
     flushed = float(((q == 0) & nonzero).sum()) / float(nonzero.sum())
     return float((q - t).square().sum()) / energy, flushed
 
@@ -86,9 +141,10 @@ def operands(model: nn.Module, task: Any, step: int) -> dict[str, dict[str, torc
     return {n: {**t, "X_T": t["X"].t(), "dY_T": t["dY"].t()} for n, t in seen.items()}
 
 
-def tensor_errors(run_dir: str | Path, formats: tuple[tuple[str, str], ...] = FORMATS) -> dict[str, Any]:
+def tensor_errors(run_dir: str | Path, formats: tuple[Measured, ...] = MX) -> dict[str, Any]:
     """Measure one run (see the module docstring); returns the row it wrote to ``OUT``: the step and,
-    per ``<metric>/<operand>/<format>/<rule>``, the mean over the model's Linears."""
+    per ``<metric>/<operand>/<format>/<rule>``, the mean over the model's Linears, beside the keys an
+    earlier call wrote at the same step for other formats."""
     from train.tasks import make_task
 
     run_dir = Path(run_dir)
@@ -102,10 +158,12 @@ def tensor_errors(run_dir: str | Path, formats: tuple[tuple[str, str], ...] = FO
     found: dict[str, list[float]] = {}
     for tensors in operands(model, task, step).values():
         for role, t in tensors.items():
-            for elem, rule in formats:
-                for metric, value in zip(("rel_mse", "flushed"), errors(t, elem, rule), strict=True):
-                    found.setdefault(f"{metric}/{role}/{elem}/{rule}", []).append(value)
-    row = {"step": step, **{k: float(np.nanmean(v)) for k, v in found.items()}}
+            for m in formats:
+                for metric, value in zip(("rel_mse", "flushed"), errors(t, m), strict=True):
+                    found.setdefault(m.key(metric, role), []).append(value)
+    earlier = read_metrics(run_dir / OUT) if (run_dir / OUT).exists() else []
+    kept = earlier[-1] if earlier and earlier[-1].get("step") == step else {}
+    row = {**kept, "step": step, **{k: float(np.nanmean(v)) for k, v in found.items()}}
     atomic_write(run_dir / OUT, dumps(row) + "\n")
     return row
 
@@ -114,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.tensor_error", description=__doc__.split("\n\n")[0])
     p.add_argument("path", type=Path, help="a run directory, or a sweep directory")
     p.add_argument("--precision", default="bf16", help="in a sweep, the runs of this label (default bf16)")
+    p.add_argument(
+        "--formats",
+        choices=SETS,
+        default="mx",
+        help="mx: every MX element format under floor and ceil (default); fp4_blocks: E2M1 in blocks of "
+        "8/16/32 under E8M0, UE4M3 with a per-tensor scale, UE5M3 and UE4M3",
+    )
     a = p.parse_args(argv)
     runs, single = checkpoint.checkpointed_runs(a.path)
     if not single:
@@ -123,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(1)
     for d in runs:
-        tensor_errors(d)
+        tensor_errors(d, SETS[a.formats])
         print(f"{d.name} → {d / OUT}")
     return 0
 
