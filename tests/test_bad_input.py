@@ -36,6 +36,8 @@ CASES = [
     ("precision.vector_ops=fp8", "precision.vector_ops"),
     ("precision.w=nvfp4 precision.a=nvfp4 precision.block_size=8", "precision.block_size"),
     ("precision.w=mxfp8_e4m3 precision.a=mxfp8_e4m3 precision.scale_rule=ceil", "precision.scale_rule"),
+    ("precision.w=fp4_e2m1 precision.a=fp4_e2m1 precision.global_scale=true", "precision.global_scale"),
+    ("precision.w=mxfp4_e2m1 precision.a=mxfp4_e2m1 precision.global_scale=true", "precision.global_scale"),
     ("precision.exclude=5", "precision.exclude"),
     ("model.depth=0", "model.depth"),
     ("model.depth=-2", "model.depth"),

@@ -333,6 +333,11 @@ def test_quant_policy_takes_its_defaults_from_the_records_table():
             "mxfp8_e4m3-ln_mxfp8_e4m3-ln_ceil",
         ),
         ({"w": "fp4_e2m1", "a": "fp4_e2m1", "block_size": 16, "scale": "ue5m3"}, "fp4_e2m1-bs16-ue5m3"),
+        (
+            {"w": "fp4_e2m1", "a": "fp4_e2m1", "block_size": 8, "scale": "ue4m3", "global_scale": True},
+            "fp4_e2m1-bs8-ue4m3-global",
+        ),
+        ({"w": "nvfp4", "a": "nvfp4", "global_scale": False}, "nvfp4"),
         ({"w": "fp8_e4m3", "a": "fp8_e4m3", "g_dgrad": "fp8_e5m2"}, "mxfp8_e4m3-g_dgrad_mxfp8_e5m2"),
         ({"w": "fp8_e4m3", "a": "fp8_e4m3", "g_dgrad": "fp8_e4m3"}, "mxfp8_e4m3"),  # = inherited
         ({"w": "nvfp4", "a": "nvfp4", "exclude": ["embed*", "head"]}, "nvfp4-excl2"),
@@ -379,3 +384,25 @@ def test_a_sweep_label_is_the_same_in_the_directory_status_record_and_report(tmp
     assert sorted(collect(sweep)["precision"]) == ["mxfp8", "mxfp8_e4m3w-bf16a"]
     status = launch("--status", str(sweep))
     assert status.returncode == 0 and "mxfp8_e4m3w-bf16a" in status.stdout and " mxfp8 " in status.stdout
+
+
+def test_a_field_added_later_keeps_every_older_identity():
+    """precision.global_scale came after thousands of records: a run that leaves it at its default
+    hashes as its config.yaml without the field did (its directory name, skip rule and resume check
+    stay valid); a run that sets it is another run."""
+    import dataclasses
+
+    from records.identity import LATE_DEFAULTS, identity, run_id
+    from train.config import PrecisionConfig, RunConfig
+
+    run = RunConfig(precision=PrecisionConfig(w="fp4_e2m1", a="fp4_e2m1", scale="ue4m3"))
+    plain = identity(run)
+    assert "global_scale" not in plain["precision"] and "precision.global_scale" in LATE_DEFAULTS
+    older = json.loads(json.dumps(plain))  # as a config.yaml written before the field existed
+    assert (
+        run_id(older)
+        == run_id(run)
+        == run_id({**older, "precision": {**older["precision"], "global_scale": False}})
+    )
+    other = dataclasses.replace(run, precision=run.precision.replace(global_scale=True))
+    assert identity(other)["precision"]["global_scale"] is True and run_id(other) != run_id(run)

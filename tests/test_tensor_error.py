@@ -34,6 +34,28 @@ def test_ceil_flushes_what_floor_keeps_in_a_narrow_format():
     assert all(math.isnan(v) for v in te.errors(torch.zeros(2, 32), te.Measured("fp4_e2m1")))
 
 
+def test_study_2s_inversion_sits_256x_lower_under_ue5m3_where_gradients_live():
+    # gradient-sized Gaussian values (σ 3e-5: a loss averaged over thousands of tokens). UE4M3 scales
+    # alone cannot reach them (every block's scale rounds to 0); under a per-tensor scale finer blocks
+    # help as for any σ; UE5M3 alone reaches them but at the bottom of its range, where finer blocks
+    # lose more: study 2's inversion. UE5M3 is UE4M3 with 5 exponent bits, so its scale grid is
+    # UE4M3's moved down 2**8: the same errors as UE4M3 alone on the tensor × 256, bit for bit.
+    t = torch.randn(64, 256, generator=torch.Generator().manual_seed(0)) * 3e-5
+
+    def mse(block, scale, glob=False, x=t):
+        return te.errors(x, te.Measured("fp4_e2m1", "floor", block, scale, glob))
+
+    assert mse(8, "ue5m3")[0] > mse(16, "ue5m3")[0] > mse(32, "ue5m3")[0]
+    assert mse(8, "ue4m3", True)[0] < mse(16, "ue4m3", True)[0] < mse(32, "ue4m3", True)[0]
+    assert mse(8, "ue4m3", True)[0] < mse(8, "ue5m3")[0] / 2
+    for block in (8, 16, 32):
+        assert mse(block, "ue4m3") == (1.0, 1.0)  # all flushed
+        assert mse(block, "ue5m3") == mse(block, "ue4m3", x=t * 256)
+    names = [m.name for m in te.FP4_BLOCKS]
+    assert len(set(names)) == len(names) == 12 and "fp4_e2m1-bs8-ue4m3-global" in names
+    assert te.Measured("fp4_e2m1", "ceil").name == "fp4_e2m1"  # MX blocks keep their keys (results 3.3)
+
+
 def test_probe_on_a_tiny_lm_run_and_the_table_from_its_rows(tmp_path):
     out = tmp_path / "sweep"
     r = launching.launch("-m", "experiment=lm_scale_rule", f"hydra.sweep.dir={out}", "sweep.progress=false",
@@ -49,6 +71,13 @@ def test_probe_on_a_tiny_lm_run_and_the_table_from_its_rows(tmp_path):
     for o in ("W", "X", "X_T", "dY", "dY_T"):  # 2 mantissa bits lose more than 3, whatever the tensor
         assert row[f"rel_mse/{o}/fp8_e5m2/floor"] > row[f"rel_mse/{o}/fp8_e4m3/ceil"]
         assert 0 <= row[f"flushed/{o}/fp4_e2m1/floor"] <= 1
+    # a second set adds its keys to the same row (same checkpoint), keeping the first set's
+    assert te.main([str(out), "--formats", "fp4_blocks"]) == 0
+    (both,) = read_metrics(files[0])
+    assert {k: both[k] for k in row} == row
+    assert len(both) - 1 == 2 * 5 * len({m.name + m.rule for m in (*te.MX, *te.FP4_BLOCKS)})
+    # a tiny LM's gradients are small: UE4M3 alone flushes far more of them than under a per-tensor scale
+    assert both["flushed/dY/fp4_e2m1-ue4m3/floor"] > 2 * both["flushed/dY/fp4_e2m1-ue4m3-global/floor"]
     table = lmstudy.tensor_error_table(pd.DataFrame([row, row]))
     assert len(table) == len(te.MX) and list(table.columns[:2]) == ["format", "rule"]
     got = table.set_index(["format", "rule"]).loc[("fp4_e2m1", "ceil"), "flushed/dY_T"]

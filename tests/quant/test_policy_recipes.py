@@ -32,3 +32,30 @@ def test_print_model_shows_only_what_is_quantized():
     quant.set_policy(m, QuantPolicy(vector_ops="bf16", attention=True, a="fp8_e5m2"))
     text = str(m)
     assert "bf16 rounding" in text and "attention a=fp8_e5m2" in text and "vector_ops=bf16" in text
+
+
+def test_a_per_tensor_scale_on_an_element_format_is_nvfp4_at_any_block_size():
+    """precision.global_scale puts NVFP4's per-tensor fp32 scale above any float block scale: blocks of
+    16 under UE4M3 are the nvfp4 recipe bit for bit, in every role; a recipe keeps its own setting and
+    E8M0 (power-of-two scales, nothing to gain) refuses it in words that name the fix."""
+    import torch
+
+    import quant
+
+    mine = QuantPolicy(w="fp4_e2m1", a="fp4_e2m1", block_size=16, scale="ue4m3", global_scale=True)
+    recipe = QuantPolicy(w="nvfp4", a="nvfp4")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 64, generator=g) * 1e-5  # gradient-sized: under UE4M3's range without the scale
+    for role in ("w", "a", "g_dgrad", "g_wgrad"):
+        assert mine.spec(role) == recipe.spec(role)
+        assert torch.equal(quant.quantize_spec(x, mine.spec(role)), quant.quantize_spec(x, recipe.spec(role)))
+    alone = QuantPolicy(w="fp4_e2m1", a="fp4_e2m1", block_size=16, scale="ue4m3")
+    assert not alone.spec("g_dgrad").global_scale
+    assert not quant.quantize_spec(x, alone.spec("g_dgrad")).any()  # every block's scale underflows
+    fine = QuantPolicy(w="fp4_e2m1", a="fp4_e2m1", block_size=8, scale="ue4m3", global_scale=True)
+    assert fine.spec("g_wgrad").block_size == 8 and fine.spec("g_wgrad").global_scale
+    assert QuantPolicy(w="nvfp4", a="nvfp4", global_scale=True).spec("w") == recipe.spec("w")
+    with pytest.raises(ValueError, match=r"global_scale=True conflicts with precision.w=mxfp4_e2m1"):
+        QuantPolicy(w="mxfp4_e2m1", a="mxfp4_e2m1", global_scale=True)
+    with pytest.raises(ValueError, match=r"needs a float block scale.*precision.scale=ue4m3"):
+        QuantPolicy(w="fp4_e2m1", a="fp4_e2m1", global_scale=True)
