@@ -62,6 +62,7 @@ __all__ = [
     "records",
     "reference_label",
     "tensor_error_table",
+    "block_geometry",
     "usable_runs",
     "verdict",
 ]
@@ -543,6 +544,53 @@ def element_bits(name: Any) -> float:
     if name in RECIPES:
         name = RECIPES[name].elem
     return float(ELEM_FORMATS[name].bits) if name in ELEM_FORMATS else np.nan
+
+
+def block_geometry(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per label of a plain block format (W = A, not a hybrid) as trained: elem, block_size,
+    scale, global_scale, rule (its E8M0 or float scales' rounding rule) and ``name``, the geometry's
+    ``records.precision.block_name`` (``train.tensor_error``'s keys); a recipe (``nvfp4``) by its own
+    geometry, a record written before ``precision.global_scale`` existed as without one. Indexed by
+    label, in display order."""
+    from quant.formats import ELEM_FORMATS, RECIPES, ElemKind
+    from records.precision import DEFAULTS, block_name
+
+    frame = _labelled(df)
+    cols = ["elem", "block_size", "scale", "global_scale", "rule", "name"]
+    rows = []
+    for label, r in label_info(frame).iterrows():
+        if r["hybrid"] or r["w"] != r["a"]:
+            continue
+        g = frame[frame["label"] == label]
+
+        def setting(key: str, g: pd.DataFrame = g) -> Any:
+            col = f"precision.{key}"
+            values = g[col].dropna() if col in g else pd.Series(dtype=object)
+            return _mode(values) if len(values) else DEFAULTS[key]
+
+        w = str(r["w"])
+        if w in RECIPES:
+            rec = RECIPES[w]
+            elem, block, scale, glob, rule = (
+                rec.elem,
+                rec.block_size,
+                rec.scale,
+                rec.global_scale,
+                rec.scale_rule.value,
+            )
+        else:
+            elem, block, scale = w, setting("block_size"), setting("scale")
+            glob, rule = bool(setting("global_scale")), setting("scale_rule")
+        if elem not in ELEM_FORMATS or ELEM_FORMATS[elem].kind is not ElemKind.BLOCK:
+            continue  # bf16, fp32: rounded value by value
+        geometry = (elem, int(block), str(scale), bool(glob))
+        rows.append(
+            {
+                "label": str(label),
+                **dict(zip(cols, (*geometry, str(rule), block_name(*geometry)), strict=True)),
+            }
+        )
+    return pd.DataFrame(rows, columns=["label", *cols]).set_index("label")
 
 
 def bit_ordering(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

@@ -1194,3 +1194,38 @@ def format_error_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
     names = [*samples, *(f"{b} bits per element" for b in bits)]
     fig.legend(key, names, loc="outside right upper", fontsize=LM_FONT, frameon=False)
     return fig
+
+
+def block_size_training_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
+    """Study 2's question asked of training: Δ final val loss vs ``reference`` (mean ± sd over seeds)
+    against the block size, one line per block-scale family (``points``: family, block, label, mean,
+    sd). Finer blocks sit left (x in log2, ticks at the block sizes): a line falling to the left says
+    finer is better, one rising says it is worse (the inversion)."""
+    fig = Figure(figsize=(6.8, 4.2), layout="constrained")
+    ax = fig.subplots()
+    families = list(dict.fromkeys(points["family"]))
+    colours = ("tab:blue", "tab:red", "tab:green", "tab:purple")
+    markers = ("o", "s", "^", "D")
+    n = max(1, len(families))
+    for i, (family, colour, marker) in enumerate(zip(families, colours, markers, strict=False)):
+        g = points[points["family"] == family].sort_values("block")
+        x = g["block"].to_numpy(float) * _log_dodge(i, n, 0.03)  # side by side where they meet
+        ax.errorbar(x, g["mean"], yerr=g["sd"].fillna(0.0), fmt=f"-{marker}", color=colour, ms=6, capsize=3,
+                    label=family, zorder=3)  # fmt: skip
+    if families:
+        blocks = sorted({int(b) for b in points["block"]})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(blocks, [str(b) for b in blocks])
+        ax.minorticks_off()
+        ax.set_xlim(min(blocks) / 1.4, max(blocks) * 1.4)
+        fig.legend(loc="outside right upper", fontsize=LM_FONT, frameon=False)
+    else:
+        ax.text(
+            0.5, 0.5, "no block formats with matched runs", ha="center", va="center", transform=ax.transAxes
+        )
+    ax.set_xlabel("block size (elements per scale)", fontsize=LM_FONT + 1)
+    ax.set_ylabel(f"Δ final val loss vs {reference}\n(mean ± sd over seeds)", fontsize=LM_FONT + 1)
+    ax.tick_params(labelsize=LM_FONT)
+    ax.grid(alpha=0.3)
+    ax.set_title("FP4 E2M1 in training: does a finer block help?", fontsize=LM_FONT + 1)
+    return fig

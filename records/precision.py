@@ -133,6 +133,16 @@ def label(precision: Mapping[str, Any] | None, name: str | None = None) -> str:
     return "-".join(parts)
 
 
+def block_name(elem: str, block_size: int = 32, scale: str = "e8m0", global_scale: bool = False) -> str:
+    """The name of one block quantization of ``elem``: the element format itself for MX blocks (32,
+    E8M0), else the label's spelling of the geometry (``fp4_e2m1-bs8-ue4m3-global``). Keys of
+    ``train.tensor_error``'s rows, and how ``analysis`` finds a trained precision among them."""
+    geometry = {"block_size": int(block_size), "scale": str(scale), "global_scale": bool(global_scale)}
+    if geometry == {"block_size": 32, "scale": "e8m0", "global_scale": False}:
+        return str(elem)
+    return label({"w": elem, "a": elem, **geometry})
+
+
 def pair(precision: Mapping[str, Any] | None) -> str:
     """``<w>/<a>``: the forward weight and activation formats as configured (for W × A maps)."""
     p = settings(precision)
@@ -144,6 +154,7 @@ __all__ = [
     "BACKWARD_ROLES",
     "DEFAULTS",
     "INHERITS",
+    "block_name",
     "format_name",
     "label",
     "pair",

@@ -537,7 +537,7 @@ MX4 = {  # the four formats of results 3.2, all at m = 1: their gaps come from `
 
 def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp_path):
     from analysis.results.common import NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.lm import FORMAT_ERROR, preregistered_section
+    from analysis.results.preregistered import FORMAT_ERROR, preregistered_section
 
     def source(name, seeds, offsets):
         src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
@@ -571,7 +571,7 @@ def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp
 
 def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_lacks(tmp_path):
     from analysis.results.common import REPRODUCED, Source, _Doc
-    from analysis.results.lm import SCALE_RULE, preregistered_section
+    from analysis.results.preregistered import SCALE_RULE, preregistered_section
 
     formats = {k: MX4[k] for k in ("bf16", "mxfp8_e4m3", "mxfp6_e2m3")}
     formats |= {"mxfp8_e4m3_ceil": MX4["mxfp8_e4m3"], "mxfp6_e2m3_ceil": MX4["mxfp6_e2m3"]}
@@ -629,7 +629,7 @@ def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_l
 
 def test_grad_sr_section_needs_its_first_prediction_and_skips_the_bf16_figure(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.lm import GRAD_SR, preregistered_section
+    from analysis.results.preregistered import GRAD_SR, preregistered_section
 
     e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
     labels = ("mxfp4_e2m1", "mxfp4_e2m1_ceil", "mxfp4_e2m1_sr", "mxfp4_e2m1_ceil_sr")
@@ -663,3 +663,103 @@ def test_grad_sr_section_needs_its_first_prediction_and_skips_the_bf16_figure(tm
     assert f"**{PARTIAL.capitalize()}.**" in section({"mxfp4_e2m1_ceil": 0.2, "mxfp4_e2m1_ceil_sr": 0.2})
     # no excess to explain: S1 fails → not, even where the gaps' difference comes out positive
     assert f"**{NOT.capitalize()}.**" in section({"mxfp4_e2m1_ceil": 0.0, "mxfp4_e2m1_ceil_sr": -0.1})
+
+
+def test_block_geometry_resolves_recipes_and_records_without_the_per_tensor_scale():
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    labels = {"bf16": FORMATS["bf16"], "nvfp4": ("nvfp4", "nvfp4", False, 1.0), "b8": e2m1, "old": e2m1}
+    df = frame(formats=labels, seeds=(0,))
+    geometry = {"b8": (8, "ue4m3", True), "old": (32, "ue5m3", np.nan)}  # "old": written before the field
+    for key, col in enumerate(("precision.block_size", "precision.scale", "precision.global_scale")):
+        df[col] = [geometry.get(x, (32, "e8m0", False))[key] for x in df["sweep.precision"]]
+    g = lmstudy.block_geometry(df)
+    assert sorted(g.index) == ["b8", "nvfp4", "old"]  # bf16 is not a block format
+    assert g["name"].to_dict() == {
+        "nvfp4": "fp4_e2m1-bs16-ue4m3-global",  # the recipe's own geometry, not the recorded defaults
+        "b8": "fp4_e2m1-bs8-ue4m3-global",
+        "old": "fp4_e2m1-ue5m3",
+    }
+
+
+def test_block_scale_section_prices_by_the_tensors_and_draws_the_block_sizes(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.preregistered import BLOCK_SCALE, preregistered_section
+
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    geometry = {  # label → (block, scale, per-tensor scale)
+        "nvfp4_bs8": (8, "ue4m3", True), "nvfp4": (16, "ue4m3", True), "nvfp4_bs32": (32, "ue4m3", True),
+        "ue5m3_bs8": (8, "ue5m3", False), "ue5m3_bs16": (16, "ue5m3", False),
+        "ue5m3_bs32": (32, "ue5m3", False),
+    }  # fmt: skip
+    # the bf16 run measured by train.tensor_error: finer is better under the per-tensor scale, worse alone
+    run = tmp_path / "bs" / "bf16_0"
+    run.mkdir(parents=True)
+    row = {"step": 10}
+    for (block, scale, glob), mse in zip(
+        geometry.values(), (0.006, 0.008, 0.010, 0.015, 0.013, 0.012), strict=True
+    ):
+        name = f"fp4_e2m1{'' if block == 32 else f'-bs{block}'}-{scale}{'-global' if glob else ''}"
+        for o in ("W", "X", "X_T", "dY", "dY_T"):
+            row |= {f"rel_mse/{o}/{name}/floor": mse, f"flushed/{o}/{name}/floor": 0.1}
+    (run / "tensor_error.jsonl").write_text(json.dumps(row) + "\n")
+
+    def section(offsets):
+        src = Source("lm_block_scale", "python launch.py -m experiment=lm_block_scale", tmp_path / "bs")
+        formats = {"bf16": FORMATS["bf16"], **dict.fromkeys(geometry, e2m1)}
+        df = frame(formats=formats, seeds=(21, 22, 23), offsets=offsets, rng_seed=21)
+        for key, col in enumerate(("precision.block_size", "precision.scale", "precision.global_scale")):
+            df[col] = [geometry.get(x, (32, "e8m0", False))[key] for x in df["sweep.precision"]]
+        src.df = df.assign(path=np.where(df["sweep.precision"].eq("bf16"), str(run), "nowhere"))
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        preregistered_section(doc, BLOCK_SCALE, src)
+        return "\n".join(doc.lines)
+
+    as_predicted = {"nvfp4_bs8": 0.06, "nvfp4": 0.08, "nvfp4_bs32": 0.10,
+                    "ue5m3_bs8": 0.20, "ue5m3_bs16": 0.15, "ue5m3_bs32": 0.12}  # fmt: skip
+    text = section(as_predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "B1, B2, B3, B4 held." in text
+    # error ratios from the tensors: B1 0.010/0.008, B4 0.013/0.008; a gap of gaps has none
+    assert "| B1 | nvfp4_bs32 worse than nvfp4 | 1.25 |" in text
+    assert "| B4 | ue5m3_bs16 worse than nvfp4 | 1.62 |" in text
+    assert "| B3 | ue5m3_bs8 − ue5m3_bs32 exceeds nvfp4_bs8 − nvfp4_bs32 | – |" in text
+    b3 = next(line for line in text.splitlines() if line.startswith("| B3 |")).split(" | ")
+    assert float(b3[5].split(" ± ")[0]) == pytest.approx(0.12, abs=0.005)  # (0.20 − 0.12) − (0.06 − 0.10)
+    table = [line for line in text.splitlines() if line.startswith("| UE") and line.split(" | ")[1].isdigit()]
+    assert [r.split(" | ")[2] for r in table] == list(geometry)
+    assert table[0].startswith("| UE4M3 + per-tensor scale | 8 |") and table[0].endswith("| 0.0060 |")
+    assert table[3].startswith("| UE5M3 alone | 8 |")
+    starts = ("| UE4M3 + per-tensor scale | nvfp4_bs8 −", "| UE5M3 alone | ue5m3_bs8 −")
+    shapes = [line for line in text.splitlines() if line.startswith(starts)]
+    assert len(shapes) == 2 * len({(d, w) for sh in LADDER.values() for d, w in sh})
+    assert (tmp_path / "docs" / "figures" / "lm_block_scale.png").exists()
+    # the trained tensors' table lists the six geometries trained, no Gaussian for float scales
+    rows = [line for line in text.splitlines() if line.startswith("| fp4_e2m1")]
+    assert len(rows) == 6 and all(r.split(" | ")[2] == "–" for r in rows)
+    assert "Ceil over floor" not in text
+    # finer helps UE5M3 alone as much as under the per-tensor scale: B3 fails, and with it the claim
+    text = section({**as_predicted, "ue5m3_bs8": 0.08, "ue5m3_bs16": 0.10, "ue5m3_bs32": 0.12})
+    assert f"**{NOT.capitalize()}.**" in text
+    # B3 holds but blocks of 8 do not beat 16 under the per-tensor scale: partially
+    text = section({**as_predicted, "nvfp4_bs8": 0.08})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "B2 did not" in text
+
+
+def test_block_size_training_plot_puts_each_family_on_the_block_sizes():
+    pts = pd.DataFrame(
+        [
+            ("UE4M3 + per-tensor scale", b, f"g{b}", m, 0.005, np.nan)
+            for b, m in ((8, 0.06), (16, 0.08), (32, 0.1))
+        ]
+        + [("UE5M3 alone", b, f"u{b}", m, 0.01, np.nan) for b, m in ((8, 0.2), (16, 0.15), (32, 0.12))],
+        columns=["family", "block", "label", "mean", "sd", "error"],
+    )
+    fig = plots.block_size_training_plot(pts)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "16", "32"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["UE4M3 + per-tensor scale", "UE5M3 alone"]
+    ys = [list(c.lines[0].get_ydata()) for c in ax.containers]
+    assert ys == [[0.06, 0.08, 0.1], [0.2, 0.15, 0.12]]  # finest first, per family
+    assert_readable(fig)
+    empty = plots.block_size_training_plot(pts.iloc[:0])
+    assert "no block formats" in empty.axes[0].texts[0].get_text()
+    assert_readable(empty)

@@ -46,6 +46,7 @@ TINY = {
     "lm_format_error": [*TINY_LM, "sweep.seeds=[3]"],
     "lm_scale_rule": [*TINY_LM, "sweep.seeds=[9]"],
     "lm_grad_sr": [*TINY_LM, "sweep.seeds=[15]"],
+    "lm_block_scale": [*TINY_LM, "sweep.seeds=[21]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -170,6 +171,10 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
         216,
         0,
     ),  # E2M1 × floor/ceil × gradient rounding nearest/stochastic, × 9 pairs × seeds 15–20
+    "lm_block_scale": (
+        378,
+        0,
+    ),  # bf16 + E2M1 × blocks 8/16/32 × UE4M3 + per-tensor / UE5M3, × 9 pairs × seeds 21–26
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -261,6 +266,7 @@ VARIANTS = {
     "lm_format_error": "lm_precisions",
     "lm_scale_rule": "lm_format_error",
     "lm_grad_sr": "lm_scale_rule",
+    "lm_block_scale": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -514,3 +520,22 @@ def test_a_branch_may_change_the_optimizer_and_its_job_composes_the_same_run(tmp
         assert "train.betas=[0.9,0.95]" in b.overrides
         job = to_run_config(compose("config", overrides=[*over, *b.overrides, *LOGGER]))
     assert run_id(job) == b.run_id
+
+
+def test_lm_block_scale_trains_the_geometry_each_name_says(tmp_path):
+    """3.5's names are its claims: blocks of 8/16/32 under UE4M3 with NVFP4's per-tensor scale, and under
+    UE5M3 alone, in every role a step quantizes (the gradients above all)."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=lm_block_scale", *LOGGER], return_hydra_config=True)
+        sweep, budget = sweep_settings(cfg)
+    runs = expand(to_run_config(cfg), sweep, budget, tmp_path)
+    seen = {}
+    for r in runs:
+        spec = r.run.precision.policy().spec("g_wgrad")
+        seen[r.run.logger.label] = (spec.elem.name, spec.block_size, spec.scale.name, spec.global_scale)
+    assert seen == {
+        "bf16": ("bf16", None, "e8m0", False),
+        **{f"nvfp4_bs{b}": ("fp4_e2m1", b, "ue4m3", True) for b in (8, 32)},
+        "nvfp4": ("fp4_e2m1", 16, "ue4m3", True),
+        **{f"ue5m3_bs{b}": ("fp4_e2m1", b, "ue5m3", False) for b in (8, 16, 32)},
+    }

@@ -50,7 +50,7 @@ import torch.nn as nn
 
 import quant
 from records import atomic_write, dumps, read_metrics
-from records.precision import label
+from records.precision import block_name
 from train import checkpoint
 from train.probe import run_config
 
@@ -70,12 +70,8 @@ class Measured:
 
     @property
     def name(self) -> str:
-        """The format part of the row's keys: the element format for MX blocks (32, E8M0), else the
-        precision label's spelling (``fp4_e2m1-bs8-ue4m3-global``)."""
-        geometry = {"block_size": self.block_size, "scale": self.scale, "global_scale": self.global_scale}
-        if geometry == {"block_size": 32, "scale": "e8m0", "global_scale": False}:
-            return self.elem
-        return label({"w": self.elem, "a": self.elem, **geometry})
+        """The format part of the row's keys (``records.precision.block_name``)."""
+        return block_name(self.elem, self.block_size, self.scale, self.global_scale)
 
     def key(self, metric: str, operand: str) -> str:
         return f"{metric}/{operand}/{self.name}/{self.rule}"

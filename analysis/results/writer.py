@@ -11,12 +11,12 @@ from typing import Any
 
 from analysis.results.blocksize import blocksize_claims
 from analysis.results.common import _Doc, _load, _rel
-from analysis.results.lm import (
+from analysis.results.lm import law_section, lm_claims
+from analysis.results.preregistered import (
+    BLOCK_SCALE,
     FORMAT_ERROR,
     GRAD_SR,
     SCALE_RULE,
-    law_section,
-    lm_claims,
     preregistered_section,
 )
 from analysis.results.presets import (
@@ -65,7 +65,7 @@ def write_results(
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
     own = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives)
-           for n in (FORMAT_ERROR.preset, SCALE_RULE.preset, GRAD_SR.preset)}  # fmt: skip
+           for n in (FORMAT_ERROR.preset, SCALE_RULE.preset, GRAD_SR.preset, BLOCK_SCALE.preset)}  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
     for src in (mech, *loaded.values(), *lates, canonical, canonical_seeds, lm, *own.values(), bs):
@@ -103,6 +103,7 @@ def write_results(
     preregistered_section(doc, FORMAT_ERROR, own[FORMAT_ERROR.preset], explore=lm)
     preregistered_section(doc, SCALE_RULE, own[SCALE_RULE.preset])
     preregistered_section(doc, GRAD_SR, own[GRAD_SR.preset])
+    preregistered_section(doc, BLOCK_SCALE, own[BLOCK_SCALE.preset])
     clamp_sweeps = [c for c, _, _ in clamps]
     search_log(
         doc,

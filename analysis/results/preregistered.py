@@ -1,0 +1,556 @@
+"""The pre-registered claims of our own, each tested on fresh seeds with its predictions fixed in its
+preset's header before it ran (``Preregistered``): 3.2 (the format's quantization error, not its bit
+count, orders the loss gap), 3.3 (the E8M0 scale rule moves the loss as that error does), 3.4 (is
+ceil's cost for E2M1 the gradients' rounding to nearest?) and 3.5 (study 2's inversion, in the
+gradients of LM training).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis.instability import FINISHED
+from analysis.lmstudy import ALPHA
+from analysis.report import md_table
+from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _seed_list
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One pre-registered prediction: ``worse`` ends above ``better`` (one-sided paired t), or, with a
+    ``margin``, the two are equivalent (|Δ| < margin by TOST), or, with ``minus``, the gap between them
+    exceeds another. Formats by their sweep names."""
+
+    name: str
+    worse: str
+    better: str
+    margin: float | None = None
+    minus: tuple[str, str] | None = None
+    """(c, d): the prediction is that the gap worse − better exceeds the gap c − d (matched runs)."""
+    measured: bool = False
+    """Not a prediction: a contrast reported beside them, with no "holds" (Δ = worse − better)."""
+
+
+@dataclass(frozen=True)
+class Preregistered:
+    """A claim of our own, tested on fresh seeds with predictions fixed in its preset's header before
+    it ran: the section's title, what it tests and how (``why``), the sweep (``preset``; its figure is
+    ``<preset>.png``), its predictions, which of them decide the verdict (``decide``: reproduced when all
+    hold, partially when some do), and what a reader should set the outcome against (``contrast``). The
+    section writes the rule's sentence itself (``rule``), from the same fields."""
+
+    title: str
+    why: str
+    preset: str
+    predictions: tuple[Prediction, ...]
+    decide: tuple[str, ...]
+    contrast: str
+    first: str | None = None
+    """A prediction that must hold for anything above "not reproduced" (then partially when it holds
+    but not all of ``decide``)."""
+    price: str = "closed_form"
+    """How each format's error is priced for the error-ratio column (a key of ``PRICES``): the Gaussian
+    closed form, or the trained models' own tensors where the error depends on the tensor's magnitude
+    (float block scales without a per-tensor scale), which the closed form cannot know."""
+    figure: str = "format_error"
+    """The section's Δ-vs-bf16 table and figure (a key of ``FIGURES``)."""
+
+    def rule(self, seeds: str | None = None) -> str:
+        """``why``, where the predictions were fixed and the verdict's rule, in words."""
+        fixed = f"before it ran them on fresh seeds {seeds}" if seeds else "before it ran"
+        if self.first is None:
+            partial = "partially when some do; not when none does"
+        else:
+            rest = " or ".join(h for h in self.decide if h != self.first)
+            partial = f"partially when {self.first} holds but not {rest}; not when {self.first} fails"
+        own = [h.name for h in self.predictions if h.name not in self.decide and not h.measured]
+        one = len(own) == 1
+        alone = (
+            f" {_and(own)} {'is' if one else 'are'} reported on {'its' if one else 'their'} own."
+            if own
+            else ""
+        )
+        return (
+            f"{self.why} The predictions below were fixed in `conf/experiment/{self.preset}.yaml` {fixed}. "
+            f"Rule: reproduced when {_and(self.decide)} hold; {partial}.{alone}"
+        )
+
+    def verdict(self, held: dict[str, bool]) -> str:
+        """The rule applied to which predictions held on the fresh seeds."""
+        if self.first is not None and not held.get(self.first, False):
+            return NOT
+        core = [held.get(h, False) for h in self.decide]
+        return REPRODUCED if all(core) else PARTIAL if any(core) else NOT
+
+
+def _and(names: tuple[str, ...] | list[str]) -> str:
+    """ "H1", "H1 and H2", "H1, H2 and H3"."""
+    names = list(names)
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+FORMAT_ERROR = Preregistered(
+    title="3.2 The format's quantization error, not its bits per element, orders the loss gap "
+    "(pre-registered)",
+    why=(
+        "The closed-form relative MSE of Gaussian blocks (2.3's error model, averaged over an octave of σ) "
+        "orders the MX formats by mantissa bits, not width: E2M3 (6 bits) < E4M3 (8) < E5M2 (8) = E3M2 (6). "
+        "lm_precisions showed the loss gaps in that order. Δ = final val loss of the first format − the "
+        "second's on matched runs (as 1.5); one-sided paired t-test over the pairs, α = 0.05; equivalence by "
+        "two one-sided tests (TOST) at the margin."
+    ),
+    preset="lm_format_error",
+    predictions=(
+        Prediction("H1", "mxfp6_e3m2", "mxfp6_e2m3"),
+        Prediction("H2", "mxfp8_e5m2", "mxfp8_e4m3"),
+        Prediction("H3", "mxfp8_e5m2", "mxfp6_e3m2", 0.0075),
+        Prediction("H4", "mxfp8_e4m3", "mxfp6_e2m3"),
+    ),
+    decide=("H1", "H2", "H3"),
+    contrast="A bits-per-element law (3.1's m_P ordered by width) predicts no gap in H1 and H2 and the "
+    "opposite of H4.",
+)
+"""3.2, as fixed in conf/experiment/lm_format_error.yaml before it ran."""
+
+SCALE_RULE = Preregistered(
+    title="3.3 The E8M0 scale rule moves the loss as the error model says: ceil helps E4M3, not E2M3 "
+    "(pre-registered)",
+    why=(
+        "Only the E8M0 scale rule changes: floor (OCP; a block max in [0.875, 1) of E4M3's top binade clamps "
+        "to 448) or ceil (never clamps; Mishra et al. 2025 round MXFP8's scale up). The closed-form error "
+        "(as in 3.2; the error ratio below) predicts that ceil lowers E4M3's below E2M3's, leaves E2M3's "
+        "and raises E2M1's a little. Tests as in 3.2."
+    ),
+    preset="lm_scale_rule",
+    predictions=(
+        Prediction("G1", "mxfp8_e4m3", "mxfp8_e4m3_ceil"),
+        Prediction("G2", "mxfp6_e2m3", "mxfp8_e4m3_ceil"),
+        Prediction("G3", "mxfp6_e2m3", "mxfp6_e2m3_ceil", 0.003),
+        Prediction("G4", "mxfp4_e2m1_ceil", "mxfp4_e2m1"),
+    ),
+    decide=("G1", "G2", "G3"),
+    contrast="Bits per element are the same on both sides of G1, G3 and G4: a law in bits predicts no gap "
+    "there, and G2 the opposite (8-bit E4M3 was the worse in 3.2's H4).",
+)
+"""3.3, as fixed in conf/experiment/lm_scale_rule.yaml before it ran."""
+
+GRAD_SR = Preregistered(
+    title="3.4 Ceil's cost for E2M1 lies in rounding the gradients to nearest: stochastic rounding of the "
+    "gradients shrinks it (pre-registered)",
+    why=(
+        "3.3 left a hypothesis: ceil's cost for E2M1 (its MSE unchanged on the trained tensors) is the "
+        "values it flushes to 0, most of them in the gradients. Stochastic rounding keeps each value in "
+        "expectation, so nothing is lost on average (it removes every systematic rounding loss, of which "
+        "flushing is the largest here); `precision.grad_rounding=stochastic` applies it to the two gradient "
+        "roles only. E2M1 under floor and ceil, gradients rounded to nearest or stochastically; tests as "
+        "in 3.2."
+    ),
+    preset="lm_grad_sr",
+    predictions=(
+        Prediction("S1", "mxfp4_e2m1_ceil", "mxfp4_e2m1"),
+        Prediction("S2", "mxfp4_e2m1_ceil", "mxfp4_e2m1", minus=("mxfp4_e2m1_ceil_sr", "mxfp4_e2m1_sr")),
+        Prediction("SR", "mxfp4_e2m1_ceil_sr", "mxfp4_e2m1_sr", measured=True),
+        Prediction("best", "mxfp4_e2m1_ceil_sr", "mxfp4_e2m1", measured=True),
+    ),
+    decide=("S1", "S2"),
+    first="S1",
+    contrast="Measured beside them: SR, ceil's excess over floor with the gradients rounded "
+    "stochastically; best, ceil with stochastic gradients against the OCP default (floor, nearest).",
+)
+"""3.4, as fixed in conf/experiment/lm_grad_sr.yaml before it ran."""
+
+BLOCK_SCALE = Preregistered(
+    title="3.5 Study 2's inversion inside training: finer FP4 blocks help under a per-tensor scale, not "
+    "under UE5M3 alone, whose range the gradients sit at the bottom of (pre-registered)",
+    why=(
+        "Study 2 (2.1, 2.2) finds on weights that FP4 with UE4M3 block scales gets worse with smaller blocks "
+        "below σ ≈ 0.02, where a small block's scale underflows, and that UE5M3 or a per-tensor scale fix "
+        "it. In training the smallest tensors are the gradients (rms 1e-5–1e-4: a loss averaged over "
+        "thousands of tokens): below UE4M3's range altogether, and at the bottom of UE5M3's, whose "
+        "inversion sits 2⁸ lower (near 7.6e-5). E2M1 in blocks of 8, 16 and 32 under UE4M3 with NVFP4's "
+        "per-tensor scale (`precision.global_scale=true`; blocks of 16 are NVFP4) and under UE5M3 alone; "
+        "predictions read off the error of seed 3's bf16 runs' own tensors (`python -m train.tensor_error "
+        "--formats fp4_blocks`). Tests as in 3.2."
+    ),
+    preset="lm_block_scale",
+    predictions=(
+        Prediction("B1", "nvfp4_bs32", "nvfp4"),
+        Prediction("B2", "nvfp4", "nvfp4_bs8"),
+        Prediction("B3", "ue5m3_bs8", "ue5m3_bs32", minus=("nvfp4_bs8", "nvfp4_bs32")),
+        Prediction("B4", "ue5m3_bs16", "nvfp4"),
+        Prediction("finer", "ue5m3_bs8", "ue5m3_bs32", measured=True),
+    ),
+    decide=("B1", "B2", "B3", "B4"),
+    first="B3",
+    contrast="Measured beside them: finer, blocks of 8 against 32 under UE5M3 alone (the inversion outright; "
+    "the tensors disagreed by shape, so no direction was predicted). Weights and activations have the "
+    "same error under both scale families at each block size: only the gradients tell them apart.",
+    price="tensors",
+    figure="block_size",
+)
+"""3.5, as fixed in conf/experiment/lm_block_scale.yaml before it ran."""
+
+
+def _num(value: float, spec: str) -> str:
+    """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
+    return "–" if pd.isna(value) else format(value, spec)
+
+
+def _judge(h: Prediction, c: dict[str, Any]) -> tuple[str, bool, float, float]:
+    """(the prediction in words, whether it held, the p the rule reads, the same over seed means) for
+    ``h`` from its ``lmstudy.contrast``."""
+    if h.measured:  # no direction was predicted: two-sided, and nothing to hold
+        return (
+            f"{h.worse} − {h.better} (measured, no prediction)",
+            False,
+            c["p_two_sided"],
+            c["p_seeds_two_sided"],
+        )
+    if h.margin is not None:
+        claim, p = f"{h.worse} ≡ {h.better} (±{h.margin:g})", c["p_equivalent"]
+    elif h.minus is not None:
+        claim, p = f"{h.worse} − {h.better} exceeds {h.minus[0]} − {h.minus[1]}", c["p_greater"]
+    else:
+        claim, p = f"{h.worse} worse than {h.better}", c["p_greater"]
+    return claim, bool(p < ALPHA), p, c["p_seeds"]
+
+
+def _block_errors(df: pd.DataFrame) -> dict[str, float]:
+    """Each plain block format's closed-form error (``blocksize.theory.format_error``), by label: its
+    element format (or recipe) as recorded, under the run's own E8M0 scale rule."""
+    from analysis import lmstudy
+    from analysis.blocksize.theory import format_error
+
+    info = lmstudy.label_info(df)
+    rules = df.groupby("label")["precision.scale_rule"].first() if "precision.scale_rule" in df else {}
+    rounding = (
+        df.groupby("label")["precision.grad_rounding"].first() if "precision.grad_rounding" in df else {}
+    )
+    out = {}
+    for label, r in info.iterrows():
+        stochastic = str(rounding.get(label)) == "stochastic"  # the closed form rounds to nearest
+        if r["hybrid"] or r["w"] != r["a"] or stochastic:
+            continue
+        try:
+            out[str(label)] = format_error(str(r["w"]), scale_rule=rules.get(label) or None)
+        except ValueError:  # element-wise (bf16)
+            continue
+    return out
+
+
+def preregistered_section(
+    doc: _Doc, spec: Preregistered, confirm: Source, explore: Source | None = None
+) -> None:
+    """A pre-registered claim: each prediction on ``confirm``'s fresh seeds (the verdict) and, where
+    it has the formats, on ``explore`` (the sample the predictions came from), then Δ vs bf16 of every
+    plain block format beside its error and the figure (``Preregistered.price``, ``.figure``)."""
+    from analysis import lmstudy
+
+    if not confirm.ran:
+        doc.claim(spec.title, NOT_RUN, spec.rule(), confirm)
+        return
+    samples = [(s, lmstudy.label_column(s.df)) for s in (explore, confirm) if s is not None and s.ran]
+    seeds = {id(s): _seed_list(sorted(df["train.seed"].dropna().astype(int).unique())) for s, df in samples}
+    names = {id(s): f"{s.name} (seeds {seeds[id(s)]})" for s, _ in samples}
+    price = PRICES[spec.price]
+    errors = {k: v for _, df in samples for k, v in price.errors(df).items()}
+    rows, held, even = [], {}, []
+    for h in spec.predictions:
+        for s, df in samples:
+            c = lmstudy.contrast(df, h.worse, h.better, margin=h.margin, minus=h.minus)
+            if s is not confirm and not c["n_pairs"]:
+                continue  # the exploratory sample lacks one of the formats
+            claim, ok, p, p_seeds = _judge(h, c)
+            # a gap of gaps has no one error ratio
+            ratio = errors.get(h.worse, np.nan) / errors.get(h.better, np.nan) if h.minus is None else np.nan
+            if s is confirm and not h.measured:
+                held[h.name] = ok
+                if abs(ratio - 1) < 0.05 and c["n_pairs"]:
+                    lo, hi = c["ci90"]
+                    even.append(f"{h.name} {c['mean']:+.4f} [{_num(lo, '+.4f')}, {_num(hi, '+.4f')}]")
+            rows.append(
+                {
+                    "": h.name,
+                    "prediction": claim,
+                    "error ratio": _num(ratio, ".2f"),
+                    "sample": names[id(s)],
+                    "pairs": c["n_pairs"],
+                    "Δ (mean ± sd over pairs)": f"{_num(c['mean'], '+.4f')} ± {_num(c['sd'], '.4f')}",
+                    "90 % CI": f"[{_num(c['ci90'][0], '+.4f')}, {_num(c['ci90'][1], '+.4f')}]",
+                    "seeds with Δ > 0": f"{c['seeds_above']} of {c['seeds']}",
+                    "p": _num(p, ".2g"),
+                    "p (seed means)": _num(p_seeds, ".2g"),
+                    "holds": "–" if h.measured else "yes" if ok else "no",
+                }
+            )
+    doc.claim(spec.title, spec.verdict(held), spec.rule(seeds[id(confirm)]), confirm)
+    left = confirm.asked - int(confirm.df["status"].isin(FINISHED).sum())
+    if left > 0:
+        doc.add(f"{left} of the {confirm.asked} runs of `{confirm.name}` have not finished yet: the verdict "
+                "is on those that have.", "")  # fmt: skip
+    doc.add(
+        "Each prediction on the fresh seeds (the test)"
+        + (" and on the sample it came from (exploratory)" if len(samples) > 1 else "")
+        + f"; error ratio: the first format's {price.words} over the second's; p: the "
+        "rule's test over the matched runs (two-sided for a measured row); p (seed means): the same test "
+        "over the per-seed mean Δ (runs of one seed share its initialisation and data order; a check, not "
+        "the rule):",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+    )
+    failed = [h for h, ok in held.items() if not ok]
+    doc.add(
+        f"On the fresh seeds: {', '.join(h for h, ok in held.items() if ok) or 'none'} held"
+        + (f"; {', '.join(failed)} did not." if failed else ".")
+        + f" {spec.contrast}",
+        "",
+    )
+    if even:
+        doc.add(
+            f"Where the two formats' {price.words} are within 5 % of each other the model predicts a "
+            f"gap near 0; measured (Δ [90 % CI]): {'; '.join(even)}.",
+            "",
+        )
+    FIGURES[spec.figure](doc, spec, samples, names, errors)
+    _tensor_errors(doc, confirm)
+
+
+def _format_error_figure(
+    doc: _Doc, spec: Preregistered, samples: list[tuple[Source, pd.DataFrame]], names: dict[int, str],
+    errors: dict[str, float],
+) -> None:  # fmt: skip
+    """Δ vs bf16 of every plain block format in the order of its error, each sample a column, and the
+    figure of Δ against the error (marker: bits per element)."""
+    from analysis import lmstudy, plots
+
+    points = []
+    for s, df in samples:
+        ref = lmstudy.reference_label(df["label"].unique())
+        if ref is None:
+            continue
+        info = lmstudy.label_info(df)
+        for r in lmstudy.deltas_vs_reference(df, reference=ref).itertuples(index=False):
+            if str(r.label) not in errors:
+                continue
+            points.append(
+                {
+                    "label": r.label,
+                    "bits": lmstudy.element_bits(info.loc[r.label, "w"]),
+                    "error": errors[str(r.label)],
+                    "sample": names[id(s)],
+                    "mean": r.mean_over_seeds,
+                    "sd": r.sd_over_seeds,
+                }
+            )
+    pts = pd.DataFrame(points, columns=["label", "bits", "error", "sample", "mean", "sd"])
+    if not pts.empty:  # (a sweep without bf16 has no Δ vs bf16: no table, no figure)
+        cells = pts.assign(
+            cell=[f"{m:+.4f} ± {sd:.4f}" for m, sd in zip(pts["mean"], pts["sd"], strict=True)]
+        )
+        keys = ["label", "bits", "error"]
+        wide = cells.pivot_table(index=keys, columns="sample", values="cell", aggfunc="first", sort=False)
+        wide = wide.reset_index().sort_values("error", kind="stable")
+        wide = wide.assign(bits=wide["bits"].astype(int), error=[f"{e:.3e}" for e in wide["error"]]).fillna(
+            "–"
+        )
+        wide.columns.name = None
+        doc.add(
+            "Δ vs bf16 (mean ± sd over seeds) of every plain block format, in the order of its closed-form "
+            "error:",
+            "",
+            md_table(wide.rename(columns={"error": "relative MSE (closed form)"})),
+            "",
+        )
+        caption = "Δ vs bf16 against the format's quantization error"
+        doc.figure(plots.format_error_plot(pts), f"{spec.preset}.png", caption)
+
+
+def _tensor_errors(doc: _Doc, src: Source) -> None:
+    """The error of the trained models' own tensors (``train.tensor_error``'s rows in ``src``'s runs),
+    beside the Gaussian closed form, for the formats and rules ``src`` trained; nothing without rows."""
+    from analysis import lmstudy
+    from analysis.blocksize.theory import format_error
+    from analysis.collect import run_rows
+    from quant.formats import ELEM_FORMATS
+
+    df = lmstudy.label_column(src.df)
+    if "path" not in df:
+        return
+    rows = run_rows(df.drop_duplicates("path"), "tensor_error.jsonl")  # each run directory once
+    table = lmstudy.tensor_error_table(pd.DataFrame(rows))
+    if table.empty:
+        return
+    geometry = lmstudy.block_geometry(df)
+    trained = set(zip(geometry["name"], geometry["rule"], strict=True))
+    table = table[[(f, r) in trained for f, r in zip(table["format"], table["rule"], strict=True)]]
+    if table.empty:
+        return
+    operands = list(dict.fromkeys(c.split("/")[1] for c in table.columns if c.startswith("rel_mse/")))
+    shown = pd.DataFrame({"format": table["format"], "rule": table["rule"]})
+    # the closed form prices MX blocks (scale-free); a float scale's error depends on the tensor's size
+    shown["Gaussian"] = [
+        f"{format_error(f, scale_rule=r):.3g}" if f in ELEM_FORMATS else "–"
+        for f, r in zip(table["format"], table["rule"], strict=True)
+    ]
+    for metric, fmt in (("rel_mse", ".3g"), ("flushed", ".3f")):
+        for o in operands:
+            col = f"{metric}/{o}"
+            shown[f"{'MSE' if metric == 'rel_mse' else 'flushed'} {o}"] = [
+                _num(v, fmt) for v in table.get(col, [])
+            ]
+    lines = []
+    for f, g in table.groupby("format", sort=False):
+        if set(g["rule"]) >= {"floor", "ceil"}:
+            floor, ceil = (g[g["rule"] == r].iloc[0] for r in ("floor", "ceil"))
+            mse = [ceil[f"rel_mse/{o}"] / floor[f"rel_mse/{o}"] for o in operands]
+            # a ratio of fractions under 0.5 % says little: those operands lose next to nothing either way
+            flushed = [
+                ceil[f"flushed/{o}"] / floor[f"flushed/{o}"]
+                for o in operands
+                if floor[f"flushed/{o}"] >= 0.005
+            ]
+            gauss = format_error(f, scale_rule="ceil") / format_error(f, scale_rule="floor")
+            lines.append(
+                f"{f}: MSE ×{min(mse):.2f}–{max(mse):.2f} (Gaussian ×{gauss:.3f})"
+                + (f", flushed ×{min(flushed):.2f}–{max(flushed):.2f}" if flushed else ", flushed < 0.5 %")
+            )
+    runs = len(rows)
+    doc.add(
+        f"**The trained models' own tensors** (`python -m train.tensor_error {_rel(src.path)}`: {runs} bf16 "
+        "runs' final weights, quantization off, one batch; each operand blocked along its GEMM's "
+        "contraction: "
+        "W and X along `in` (forward), X_T and dY_T along tokens (weight gradient), dY along `out` (data "
+        "gradient); median over runs of the mean over the model's Linears; MSE relative to ‖t‖², flushed: "
+        "the fraction of nonzero values quantized to 0):",
+        "",
+        md_table(shown),
+        "",
+    )
+    if lines:
+        doc.add("Ceil over floor, across the operands: " + "; ".join(lines) + ".", "")
+
+
+def _tensor_block_errors(df: pd.DataFrame) -> dict[str, float]:
+    """Each plain block format's relative MSE on the trained models' own tensors, by label: the mean over
+    the five operands of the median over the sweep's measured runs (``train.tensor_error``'s rows) of
+    the format's geometry; empty where no run was measured."""
+    from analysis import lmstudy
+    from analysis.collect import run_rows
+
+    if "path" not in df:
+        return {}
+    table = lmstudy.tensor_error_table(
+        pd.DataFrame(run_rows(df.drop_duplicates("path"), "tensor_error.jsonl"))
+    )
+    if table.empty:
+        return {}
+    mse = [c for c in table.columns if c.startswith("rel_mse/")]
+    by = table.set_index(["format", "rule"])[mse].mean(axis=1)
+    return {
+        str(label): float(by[(g["name"], g["rule"])])
+        for label, g in lmstudy.block_geometry(df).iterrows()
+        if (g["name"], g["rule"]) in by.index
+    }
+
+
+def _block_size_figure(
+    doc: _Doc, spec: Preregistered, samples: list[tuple[Source, pd.DataFrame]], names: dict[int, str],
+    errors: dict[str, float],
+) -> None:  # fmt: skip
+    """Study 2's view in training: Δ vs bf16 (mean ± sd over seeds) against the block size, one line per
+    block-scale family, on the fresh seeds; a table of the same beside each format's tensor error, and
+    finer − coarsest per model shape (where the gradients' size, and so the inversion, differs)."""
+    from analysis import lmstudy, plots
+
+    source, df = samples[-1]
+    ref = lmstudy.reference_label(df["label"].unique())
+    geometry = lmstudy.block_geometry(df)
+    if ref is None or geometry.empty:
+        return
+    deltas = lmstudy.deltas_vs_reference(df, reference=ref).set_index("label")
+    rows = []
+    for label, g in geometry.iterrows():
+        if label not in deltas.index:
+            continue
+        scale = str(g["scale"]).upper()
+        family = f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
+        d = deltas.loc[label]
+        mean, sd = d["mean_over_seeds"], d["sd_over_seeds"]
+        rows.append(
+            {"family": family, "block": int(g["block_size"]), "label": label, "mean": mean, "sd": sd}
+            | {"error": errors.get(label, np.nan)}
+        )
+    pts = pd.DataFrame(rows, columns=["family", "block", "label", "mean", "sd", "error"])
+    if pts.empty:
+        return
+    order = {f: i for i, f in enumerate(dict.fromkeys(pts["family"]))}  # families as first met, blocks up
+    pts = pts.sort_values(["family", "block"], key=lambda c: c.map(order) if c.name == "family" else c)
+    shown = pts.assign(
+        **{
+            f"Δ vs {ref} (mean ± sd over seeds)": [
+                f"{m:+.4f} ± {sd:.4f}" for m, sd in zip(pts["mean"], pts["sd"], strict=True)
+            ],
+            "relative MSE (own tensors)": [_num(e, ".4f") for e in pts["error"]],
+        }
+    ).drop(columns=["mean", "sd", "error"])
+    doc.add(
+        f"Δ vs {ref} on {names[id(source)]} by block-scale family and block size, beside the relative MSE "
+        "of the format on the bf16 runs' own tensors (mean over the five operands):",
+        "",
+        md_table(shown),
+        "",
+    )
+    shape = [c for c in ("model.depth", "model.d_model") if c in df]
+    lines = []
+    for family, g in pts.groupby("family", sort=False):
+        if g["block"].nunique() < 2:
+            continue
+        fine, coarse = (g.sort_values("block").iloc[i]["label"] for i in (0, -1))
+        for key, sub in df.groupby(shape, sort=True) if shape else []:
+            c = lmstudy.contrast(sub, fine, coarse)
+            if c["n_pairs"]:
+                depth, width = key
+                lo, hi = c["ci90"]
+                lines.append(
+                    {
+                        "family": family,
+                        "contrast": f"{fine} − {coarse}",
+                        "shape": f"d{int(width)}L{int(depth)}",
+                    }
+                    | {"pairs": c["n_pairs"], "Δ (mean ± sd over pairs)": f"{c['mean']:+.4f} ± {c['sd']:.4f}"}
+                    | {"90 % CI": f"[{_num(lo, '+.4f')}, {_num(hi, '+.4f')}]"}
+                )
+    if lines:
+        doc.add(
+            "Finest minus coarsest blocks per model shape (exploratory: the shapes' gradients differ in "
+            "size, and the inversion with them):",
+            "",
+            md_table(pd.DataFrame(lines)),
+            "",
+        )
+    caption = "Δ vs bf16 against the block size, one line per block-scale family"
+    doc.figure(plots.block_size_training_plot(pts, reference=ref), f"{spec.preset}.png", caption)
+
+
+@dataclass(frozen=True)
+class Price:
+    """How a section prices each format (``Preregistered.price``): by label, and the words for it."""
+
+    errors: Callable[[pd.DataFrame], dict[str, float]]
+    words: str
+
+
+PRICES = {
+    "closed_form": Price(_block_errors, "closed-form MSE (round to nearest)"),
+    "tensors": Price(_tensor_block_errors, "relative MSE on the bf16 runs' own tensors (mean over operands)"),
+}
+"""``Preregistered.price`` → how its error ratios are computed."""
+
+FIGURES = {"format_error": _format_error_figure, "block_size": _block_size_figure}
+"""``Preregistered.figure`` → the section's Δ-vs-bf16 table and figure."""
