@@ -47,6 +47,7 @@ TINY = {
     "lm_scale_rule": [*TINY_LM, "sweep.seeds=[9]"],
     "lm_grad_sr": [*TINY_LM, "sweep.seeds=[15]"],
     "lm_block_scale": [*TINY_LM, "sweep.seeds=[21]"],
+    "lm_block_grads": [*TINY_LM, "sweep.seeds=[27]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -175,6 +176,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
         378,
         0,
     ),  # bf16 + E2M1 × blocks 8/16/32 × UE4M3 + per-tensor / UE5M3, × 9 pairs × seeds 21–26
+    "lm_block_grads": (270, 0),  # bf16 + NVFP4 / UE5M3 at 16, gradients in FP4 or bf16, × 9 pairs × 27–32
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -267,6 +269,7 @@ VARIANTS = {
     "lm_scale_rule": "lm_format_error",
     "lm_grad_sr": "lm_scale_rule",
     "lm_block_scale": "lm_format_error",
+    "lm_block_grads": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -539,3 +542,25 @@ def test_lm_block_scale_trains_the_geometry_each_name_says(tmp_path):
         "nvfp4": ("fp4_e2m1", 16, "ue4m3", True),
         **{f"ue5m3_bs{b}": ("fp4_e2m1", b, "ue5m3", False) for b in (8, 16, 32)},
     }
+
+
+def test_lm_block_grads_keeps_only_the_gradients_out_of_fp4(tmp_path):
+    """3.6's `_bf16g` runs hold the incoming gradient in bf16 in both backward GEMMs and nothing else:
+    weights and saved activations stay FP4 in the backward GEMMs, under their family's block scale."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=lm_block_grads", *LOGGER], return_hydra_config=True)
+        sweep, budget = sweep_settings(cfg)
+    runs = expand(to_run_config(cfg), sweep, budget, tmp_path)
+    seen = {}
+    for r in runs:
+        policy = r.run.precision.policy()
+        seen[r.run.logger.label] = tuple(
+            (policy.spec(role).elem.name, policy.spec(role).scale.name, policy.spec(role).global_scale)
+            for role in ("w", "a_bwd", "g_dgrad", "g_wgrad")
+        )
+    fp4 = {"nvfp4": ("fp4_e2m1", "ue4m3", True), "ue5m3_bs16": ("fp4_e2m1", "ue5m3", False)}
+    for name, spec in fp4.items():
+        assert seen[name] == (spec,) * 4
+        assert seen[f"{name}_bf16g"][:2] == (spec,) * 2
+        assert [s[0] for s in seen[f"{name}_bf16g"][2:]] == ["bf16", "bf16"]
+    assert set(seen) == {"bf16", *fp4, *(f"{n}_bf16g" for n in fp4)}
