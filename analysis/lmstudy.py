@@ -152,34 +152,55 @@ def _mode(s: pd.Series) -> Any:
     return s.mode().iloc[0] if not s.empty else None
 
 
-def _is_hybrid(label: str, w: Any, a: Any, fwd_only: Any) -> bool:
-    """MX weights with bf16 activations, or forward-only MX (the study's two fixes)."""
+def _is_hybrid(label: str, w: Any, a: Any, fwd_only: Any, grads: Any = None) -> bool:
+    """MX weights with bf16 activations, or forward-only MX (the study's two fixes), or block formats
+    with the incoming gradient kept in high precision (``precision.g_dgrad=bf16``). Gradients in
+    another block format (E4M3 forward, E5M2 gradients: OCP's MXFP8 training recipe) stay plain."""
+    from quant.formats import ELEM_FORMATS, ElemKind
+
     low = label.lower()
     if "bf16a" in low or "fwd" in low or bool(fwd_only):
+        return True
+    g = ELEM_FORMATS.get(str(grads))
+    if g is not None and g.kind is not ElemKind.BLOCK and str(grads) != str(w):
         return True
     return w is not None and a is not None and str(w) != str(a) and str(a) == "bf16"
 
 
+def _gradient_format(g: pd.DataFrame) -> Any:
+    """The incoming gradient's format where a run set it apart from what it inherits (``g_dgrad``,
+    else ``g_wgrad``: ``records.precision``'s backward roles), else None."""
+    for role in ("g_dgrad", "g_wgrad"):
+        col = f"precision.{role}"
+        if col in g and g[col].notna().any():
+            return _mode(g[col])
+    return None
+
+
 def label_info(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per label: its (most common) ``w``, ``a``, ``fwd_only``, whether it is a hybrid, and its
-    number of runs (``n_runs``, any status); indexed by label, in display order."""
+    """One row per label: its (most common) ``w``, ``a``, ``fwd_only``, ``grads`` (the incoming
+    gradient's format where a run set it, else missing), whether it is a hybrid, and its number of
+    runs (``n_runs``, any status); indexed by label, in display order."""
     frame = _labelled(df)
     rows = []
     for label, g in frame.groupby("label", sort=False):
         w = _mode(g["w"]) if "w" in g else None
         a = _mode(g["a"]) if "a" in g else None
         fwd = bool(_mode(g["fwd_only"])) if "fwd_only" in g and g["fwd_only"].notna().any() else False
+        grads = _gradient_format(g)
         rows.append(
             {
                 "label": str(label),
                 "w": w,
                 "a": a,
                 "fwd_only": fwd,
-                "hybrid": _is_hybrid(str(label), w, a, fwd),
+                "grads": grads,
+                "hybrid": _is_hybrid(str(label), w, a, fwd, grads),
                 "n_runs": len(g),
             }
         )
-    info = pd.DataFrame(rows, columns=["label", "w", "a", "fwd_only", "hybrid", "n_runs"]).set_index("label")
+    cols = ["label", "w", "a", "fwd_only", "grads", "hybrid", "n_runs"]
+    info = pd.DataFrame(rows, columns=cols).set_index("label")
     return info.loc[ordered_labels(info)]
 
 
@@ -204,8 +225,8 @@ def ordered_labels(info: pd.DataFrame, reference: str | None = None) -> list[str
 
 
 def hybrid_labels(df: pd.DataFrame) -> list[str]:
-    """Labels of the hybrids: ``bf16a`` or ``fwd`` in the label, forward-only runs, or MX weights with
-    bf16 activations (w ≠ a, a = bf16)."""
+    """Labels of the hybrids: ``bf16a`` or ``fwd`` in the label, forward-only runs, MX weights with
+    bf16 activations (w ≠ a, a = bf16), or gradients in a format of their own."""
     info = label_info(df)
     return [str(k) for k in info.index[info["hybrid"].astype(bool)]]
 
@@ -546,12 +567,14 @@ def element_bits(name: Any) -> float:
     return float(ELEM_FORMATS[name].bits) if name in ELEM_FORMATS else np.nan
 
 
-def block_geometry(df: pd.DataFrame) -> pd.DataFrame:
+def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame:
     """One row per label of a plain block format (W = A, not a hybrid) as trained: elem, block_size,
     scale, global_scale, rule (its E8M0 or float scales' rounding rule) and ``name``, the geometry's
     ``records.precision.block_name`` (``train.tensor_error``'s keys); a recipe (``nvfp4``) by its own
-    geometry, a record written before ``precision.global_scale`` existed as without one. Indexed by
-    label, in display order."""
+    geometry, a record written before ``precision.global_scale`` existed as without one. With
+    ``gradients``, also the labels that differ from one only in the incoming gradient's format, and a
+    column ``grads``: that format (the element format where it is W's). Indexed by label, in display
+    order."""
     from quant.formats import ELEM_FORMATS, RECIPES, ElemKind
     from records.precision import DEFAULTS, block_name
 
@@ -559,7 +582,9 @@ def block_geometry(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["elem", "block_size", "scale", "global_scale", "rule", "name"]
     rows = []
     for label, r in label_info(frame).iterrows():
-        if r["hybrid"] or r["w"] != r["a"]:
+        own_grads = pd.notna(r["grads"]) and str(r["grads"]) != str(r["w"])
+        plain = not _is_hybrid(str(label), r["w"], r["a"], r["fwd_only"])  # but for the gradients
+        if r["w"] != r["a"] or not (plain if gradients else not r["hybrid"]):
             continue
         g = frame[frame["label"] == label]
 
@@ -588,9 +613,11 @@ def block_geometry(df: pd.DataFrame) -> pd.DataFrame:
             {
                 "label": str(label),
                 **dict(zip(cols, (*geometry, str(rule), block_name(*geometry)), strict=True)),
+                "grads": str(r["grads"]) if own_grads else elem,
             }
         )
-    return pd.DataFrame(rows, columns=["label", *cols]).set_index("label")
+    frame = pd.DataFrame(rows, columns=["label", *cols, "grads"]).set_index("label")
+    return frame if gradients else frame[cols]
 
 
 def bit_ordering(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

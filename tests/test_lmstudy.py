@@ -763,3 +763,77 @@ def test_block_size_training_plot_puts_each_family_on_the_block_sizes():
     empty = plots.block_size_training_plot(pts.iloc[:0])
     assert "no block formats" in empty.axes[0].texts[0].get_text()
     assert_readable(empty)
+
+
+def test_gradients_kept_in_high_precision_make_a_hybrid_and_keep_their_geometry():
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    labels = {"bf16": FORMATS["bf16"], "fp4": e2m1, "fp4_bf16g": e2m1, "fp4_e5m2g": e2m1}
+    df = frame(formats=labels, seeds=(0,))
+    grads = {"fp4_bf16g": "bf16", "fp4_e5m2g": "fp8_e5m2"}
+    df["precision.g_dgrad"] = [grads.get(x) for x in df["sweep.precision"]]
+    info = lmstudy.label_info(df)
+    assert info["grads"].dropna().to_dict() == {"fp4_bf16g": "bf16", "fp4_e5m2g": "fp8_e5m2"}
+    # bf16 gradients are a hybrid (out of the 3.1 law's plain formats); gradients in another block format
+    # (OCP's E4M3-forward, E5M2-gradient recipe) are not
+    assert lmstudy.hybrid_labels(df) == ["fp4_bf16g"]
+    assert sorted(lmstudy.block_geometry(df).index) == ["fp4", "fp4_e5m2g"]
+    g = lmstudy.block_geometry(df, gradients=True)
+    assert g["grads"].to_dict() == {"fp4": "fp4_e2m1", "fp4_bf16g": "bf16", "fp4_e5m2g": "fp8_e5m2"}
+    assert (g["name"] == "fp4_e2m1").all()  # the forward geometry, whatever the gradients
+
+
+def test_block_grads_section_splits_each_family_by_its_gradients(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.preregistered import BLOCK_GRADS, preregistered_section
+
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    geometry = {"nvfp4": ("ue4m3", True), "nvfp4_bf16g": ("ue4m3", True), "ue5m3_bs16": ("ue5m3", False),
+                "ue5m3_bs16_bf16g": ("ue5m3", False)}  # fmt: skip
+
+    def section(offsets):
+        src = Source("lm_block_grads", "python launch.py -m experiment=lm_block_grads", tmp_path / "bg")
+        df = frame(formats={"bf16": FORMATS["bf16"], **dict.fromkeys(geometry, e2m1)}, seeds=(27, 28, 29),
+                   offsets=offsets, rng_seed=27)  # fmt: skip
+        df["precision.block_size"] = [16 if x in geometry else 32 for x in df["sweep.precision"]]
+        df["precision.scale"] = [geometry.get(x, ("e8m0",))[0] for x in df["sweep.precision"]]
+        df["precision.global_scale"] = [geometry.get(x, (0, False))[1] for x in df["sweep.precision"]]
+        df["precision.g_dgrad"] = ["bf16" if x.endswith("_bf16g") else None for x in df["sweep.precision"]]
+        src.df = df
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        preregistered_section(doc, BLOCK_GRADS, src)
+        return "\n".join(doc.lines)
+
+    as_predicted = {"nvfp4": 0.10, "nvfp4_bf16g": 0.05, "ue5m3_bs16": 0.55, "ue5m3_bs16_bf16g": 0.05}
+    text = section(as_predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "D1, D2, D3 held." in text
+    assert "| D3 | ue5m3_bs16_bf16g ≡ nvfp4_bf16g (±0.0075) | – |" in text  # no one tensor price
+    table = [line for line in text.splitlines() if line.startswith(("| UE4M3", "| UE5M3"))]
+    assert [r.split(" | ")[2] for r in table] == list(geometry)
+    assert [r.split(" | ")[3] for r in table] == ["fp4_e2m1 (the family's)", "bf16"] * 2
+    share = next(line for line in text.splitlines() if line.startswith("The share of each family's"))
+    assert "UE4M3 + per-tensor scale 50 %" in share and "UE5M3 alone 91 %" in share
+    assert (tmp_path / "docs" / "figures" / "lm_block_grads.png").exists()
+    # bf16 gradients help UE5M3 alone, but the families still differ without them: partially
+    assert f"**{PARTIAL.capitalize()}.**" in section({**as_predicted, "ue5m3_bs16_bf16g": 0.2})
+    # bf16 gradients do not help UE5M3 alone: D1 fails, and with it the claim
+    assert f"**{NOT.capitalize()}.**" in section({**as_predicted, "ue5m3_bs16_bf16g": 0.55})
+
+
+def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():
+    pts = pd.DataFrame(
+        [("UE4M3 + per-tensor scale", "fp4_e2m1 (the family's)", True, 0.1, 0.01),
+         ("UE4M3 + per-tensor scale", "bf16", False, 0.05, 0.01),
+         ("UE5M3 alone", "fp4_e2m1 (the family's)", True, 0.55, 0.04),
+         ("UE5M3 alone", "bf16", False, 0.05, 0.01)],
+        columns=["family", "gradients", "own", "mean", "sd"],
+    )  # fmt: skip
+    fig = plots.gradient_format_plot(pts)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["UE4M3 + per-tensor scale", "UE5M3 alone"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["gradients in the family's format", "gradients in bf16"]
+    ys = [list(c.lines[0].get_ydata()) for c in ax.containers]
+    assert ys == [[0.1, 0.55], [0.05, 0.05]]
+    assert_readable(fig)
+    empty = plots.gradient_format_plot(pts.iloc[:0])
+    assert "no block formats" in empty.axes[0].texts[0].get_text()

@@ -1,8 +1,8 @@
 """The pre-registered claims of our own, each tested on fresh seeds with its predictions fixed in its
 preset's header before it ran (``Preregistered``): 3.2 (the format's quantization error, not its bit
 count, orders the loss gap), 3.3 (the E8M0 scale rule moves the loss as that error does), 3.4 (is
-ceil's cost for E2M1 the gradients' rounding to nearest?) and 3.5 (study 2's inversion, in the
-gradients of LM training).
+ceil's cost for E2M1 the gradients' rounding to nearest?), 3.5 (study 2's inversion, in the
+gradients of LM training) and 3.6 (UE5M3-alone's cost there is the gradients').
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ class Preregistered:
     (float block scales without a per-tensor scale), which the closed form cannot know."""
     figure: str = "format_error"
     """The section's Δ-vs-bf16 table and figure (a key of ``FIGURES``)."""
+    explore: str | None = None
+    """The sweep the predictions were read off, shown beside the test as the exploratory sample (when
+    it trained the same formats)."""
 
     def rule(self, seeds: str | None = None) -> str:
         """``why``, where the predictions were fixed and the verdict's rule, in words."""
@@ -114,6 +117,7 @@ FORMAT_ERROR = Preregistered(
     decide=("H1", "H2", "H3"),
     contrast="A bits-per-element law (3.1's m_P ordered by width) predicts no gap in H1 and H2 and the "
     "opposite of H4.",
+    explore="lm_precisions",
 )
 """3.2, as fixed in conf/experiment/lm_format_error.yaml before it ran."""
 
@@ -194,6 +198,33 @@ BLOCK_SCALE = Preregistered(
     figure="block_size",
 )
 """3.5, as fixed in conf/experiment/lm_block_scale.yaml before it ran."""
+
+BLOCK_GRADS = Preregistered(
+    title="3.6 UE5M3-alone's cost in 3.5 is its gradients': kept in bf16, the two scale families train "
+    "alike (pre-registered)",
+    why=(
+        "In 3.5 FP4 E2M1 in blocks of 16 under UE5M3 alone ended far above NVFP4 (UE4M3 with a per-tensor "
+        "scale), where study 2 (2.2) has UE5M3 as the fix. On the bf16 runs' own tensors the two families "
+        "quantize weights and activations alike (relative MSE within 0.3 %) and differ only in the "
+        "gradients (UE5M3 alone: 1.6× the MSE, 2.3× the values flushed to 0). Each family trained as is "
+        "and with the incoming gradient kept in bf16 in both backward GEMMs (`precision.g_dgrad=bf16`; "
+        'weights and saved activations stay FP4 there); the error ratios below are "–" because a '
+        "format with bf16 gradients has no one tensor price. Tests as in 3.2."
+    ),
+    preset="lm_block_grads",
+    predictions=(
+        Prediction("D1", "ue5m3_bs16", "ue5m3_bs16_bf16g"),
+        Prediction("D2", "ue5m3_bs16", "ue5m3_bs16_bf16g", minus=("nvfp4", "nvfp4_bf16g")),
+        Prediction("D3", "ue5m3_bs16_bf16g", "nvfp4_bf16g", 0.0075),
+        Prediction("nvfp4 grads", "nvfp4", "nvfp4_bf16g", measured=True),
+    ),
+    decide=("D1", "D2", "D3"),
+    first="D1",
+    contrast="Measured beside them: NVFP4's own cost in its gradients (nvfp4 − nvfp4_bf16g).",
+    price="tensors",
+    figure="gradients",
+)
+"""3.6, as fixed in conf/experiment/lm_block_grads.yaml before it ran."""
 
 
 def _num(value: float, spec: str) -> str:
@@ -478,8 +509,7 @@ def _block_size_figure(
     for label, g in geometry.iterrows():
         if label not in deltas.index:
             continue
-        scale = str(g["scale"]).upper()
-        family = f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
+        family = _family(g)
         d = deltas.loc[label]
         mean, sd = d["mean_over_seeds"], d["sd_over_seeds"]
         rows.append(
@@ -538,6 +568,66 @@ def _block_size_figure(
     doc.figure(plots.block_size_training_plot(pts, reference=ref), f"{spec.preset}.png", caption)
 
 
+def _family(g: pd.Series) -> str:
+    """A block geometry's scale family in words (a row of ``lmstudy.block_geometry``)."""
+    scale = str(g["scale"]).upper()
+    return f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
+
+
+def _gradients_figure(
+    doc: _Doc, spec: Preregistered, samples: list[tuple[Source, pd.DataFrame]], names: dict[int, str],
+    errors: dict[str, float],
+) -> None:  # fmt: skip
+    """Where each block-scale family's cost lies: Δ vs bf16 (mean ± sd over seeds) of each family with
+    its incoming gradient in the family's own block format and kept in high precision, on the fresh
+    seeds; a table, the share of each family's Δ that the gradients carry, and the figure."""
+    from analysis import lmstudy, plots
+
+    source, df = samples[-1]
+    ref = lmstudy.reference_label(df["label"].unique())
+    geometry = lmstudy.block_geometry(df, gradients=True)
+    if ref is None or geometry.empty:
+        return
+    deltas = lmstudy.deltas_vs_reference(df, reference=ref).set_index("label")
+    rows = []
+    for label, g in geometry.iterrows():
+        if label in deltas.index:
+            own = g["grads"] == g["elem"]
+            d = deltas.loc[label]
+            rows.append(
+                {"family": _family(g), "block": int(g["block_size"]), "label": label}
+                | {"gradients": f"{g['elem']} (the family's)" if own else str(g["grads"]), "own": own}
+                | {"mean": d["mean_over_seeds"], "sd": d["sd_over_seeds"]}
+            )
+    pts = pd.DataFrame(rows, columns=["family", "block", "label", "gradients", "own", "mean", "sd"])
+    if pts.empty:
+        return
+    order = {f: i for i, f in enumerate(dict.fromkeys(pts["family"]))}  # families as first met, own first
+    pts = pts.sort_values(["family", "own"], key=lambda c: c.map(order) if c.name == "family" else ~c)
+    cells = [f"{m:+.4f} ± {sd:.4f}" for m, sd in zip(pts["mean"], pts["sd"], strict=True)]
+    shown = pts.assign(**{f"Δ vs {ref} (mean ± sd over seeds)": cells}).drop(columns=["own", "mean", "sd"])
+    doc.add(
+        f"Δ vs {ref} on {names[id(source)]} by block-scale family, the incoming gradient in the family's "
+        "own format or not:",
+        "",
+        md_table(shown),
+        "",
+    )
+    shares = []
+    for family, g in pts.groupby("family", sort=False):
+        mine, other = g[g["own"]], g[~g["own"]]
+        if len(mine) == 1 and len(other) == 1 and mine["mean"].iloc[0] > 0:
+            full, kept = mine["mean"].iloc[0], other["mean"].iloc[0]
+            shares.append(
+                f"{family} {100 * (full - kept) / full:.0f} % ({full:+.4f} → {kept:+.4f} with the gradients "
+                f"in {other['gradients'].iloc[0]})"
+            )
+    if shares:
+        doc.add(f"The share of each family's Δ vs {ref} that its gradients carry: {'; '.join(shares)}.", "")
+    caption = "Δ vs bf16 by block-scale family, the gradients in the family's format or in bf16"
+    doc.figure(plots.gradient_format_plot(pts, reference=ref), f"{spec.preset}.png", caption)
+
+
 @dataclass(frozen=True)
 class Price:
     """How a section prices each format (``Preregistered.price``): by label, and the words for it."""
@@ -552,5 +642,12 @@ PRICES = {
 }
 """``Preregistered.price`` → how its error ratios are computed."""
 
-FIGURES = {"format_error": _format_error_figure, "block_size": _block_size_figure}
+FIGURES = {
+    "format_error": _format_error_figure,
+    "block_size": _block_size_figure,
+    "gradients": _gradients_figure,
+}
 """``Preregistered.figure`` → the section's Δ-vs-bf16 table and figure."""
+
+PREREGISTERED = (FORMAT_ERROR, SCALE_RULE, GRAD_SR, BLOCK_SCALE, BLOCK_GRADS)
+"""The pre-registered sections, in the document's order."""

@@ -12,13 +12,7 @@ from typing import Any
 from analysis.results.blocksize import blocksize_claims
 from analysis.results.common import _Doc, _load, _rel
 from analysis.results.lm import law_section, lm_claims
-from analysis.results.preregistered import (
-    BLOCK_SCALE,
-    FORMAT_ERROR,
-    GRAD_SR,
-    SCALE_RULE,
-    preregistered_section,
-)
+from analysis.results.preregistered import PREREGISTERED, preregistered_section
 from analysis.results.presets import (
     CLAMP_CONTROL,
     CONTROL,
@@ -64,8 +58,8 @@ def write_results(
                             archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
-    own = {n: _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives)
-           for n in (FORMAT_ERROR.preset, SCALE_RULE.preset, GRAD_SR.preset, BLOCK_SCALE.preset)}  # fmt: skip
+    own = {p: _load(p, f"python launch.py -m experiment={p}", sweeps / p, archives)
+           for p in (s.preset for s in PREREGISTERED)}  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
     for src in (mech, *loaded.values(), *lates, canonical, canonical_seeds, lm, *own.values(), bs):
@@ -100,10 +94,9 @@ def write_results(
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
-    preregistered_section(doc, FORMAT_ERROR, own[FORMAT_ERROR.preset], explore=lm)
-    preregistered_section(doc, SCALE_RULE, own[SCALE_RULE.preset])
-    preregistered_section(doc, GRAD_SR, own[GRAD_SR.preset])
-    preregistered_section(doc, BLOCK_SCALE, own[BLOCK_SCALE.preset])
+    read = {lm.name: lm, **own}  # the sweeps a section's predictions may have been read off
+    for spec in PREREGISTERED:
+        preregistered_section(doc, spec, own[spec.preset], explore=read.get(spec.explore or ""))
     clamp_sweeps = [c for c, _, _ in clamps]
     search_log(
         doc,
