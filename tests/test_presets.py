@@ -525,15 +525,19 @@ def test_a_branch_may_change_the_optimizer_and_its_job_composes_the_same_run(tmp
     assert run_id(job) == b.run_id
 
 
+def _planned(preset: str, tmp_path):
+    """The runs ``experiment=<preset>`` plans at full size."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={preset}", *LOGGER], return_hydra_config=True)
+        sweep, budget = sweep_settings(cfg)
+    return expand(to_run_config(cfg), sweep, budget, tmp_path)
+
+
 def test_lm_block_scale_trains_the_geometry_each_name_says(tmp_path):
     """3.5's names are its claims: blocks of 8/16/32 under UE4M3 with NVFP4's per-tensor scale, and under
     UE5M3 alone, in every role a step quantizes (the gradients above all)."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=lm_block_scale", *LOGGER], return_hydra_config=True)
-        sweep, budget = sweep_settings(cfg)
-    runs = expand(to_run_config(cfg), sweep, budget, tmp_path)
     seen = {}
-    for r in runs:
+    for r in _planned("lm_block_scale", tmp_path):
         spec = r.run.precision.policy().spec("g_wgrad")
         seen[r.run.logger.label] = (spec.elem.name, spec.block_size, spec.scale.name, spec.global_scale)
     assert seen == {
@@ -547,12 +551,8 @@ def test_lm_block_scale_trains_the_geometry_each_name_says(tmp_path):
 def test_lm_block_grads_keeps_only_the_gradients_out_of_fp4(tmp_path):
     """3.6's `_bf16g` runs hold the incoming gradient in bf16 in both backward GEMMs and nothing else:
     weights and saved activations stay FP4 in the backward GEMMs, under their family's block scale."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=lm_block_grads", *LOGGER], return_hydra_config=True)
-        sweep, budget = sweep_settings(cfg)
-    runs = expand(to_run_config(cfg), sweep, budget, tmp_path)
     seen = {}
-    for r in runs:
+    for r in _planned("lm_block_grads", tmp_path):
         policy = r.run.precision.policy()
         seen[r.run.logger.label] = tuple(
             (policy.spec(role).elem.name, policy.spec(role).scale.name, policy.spec(role).global_scale)
