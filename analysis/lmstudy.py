@@ -616,8 +616,8 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
                 "grads": str(r["grads"]) if own_grads else elem,
             }
         )
-    frame = pd.DataFrame(rows, columns=["label", *cols, "grads"]).set_index("label")
-    return frame if gradients else frame[cols]
+    out = pd.DataFrame(rows, columns=["label", *cols, "grads"]).set_index("label")
+    return out if gradients else out[cols]
 
 
 def bit_ordering(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
