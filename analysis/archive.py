@@ -20,14 +20,14 @@ import json
 import tarfile
 from pathlib import Path
 
-from records import atomic_write
+from records import PROBE, TENSOR_ERROR, atomic_write
 
 KEPT = {
     "config.yaml",
     "summary.json",
     "metrics.jsonl",
-    "probe.jsonl",
-    "tensor_error.jsonl",  # train.tensor_error: the quantization error of a trained LM's own tensors
+    PROBE,
+    TENSOR_ERROR,  # train.tensor_error: the quantization error of a trained LM's own tensors
     "manifest.json",
     "multirun.yaml",
     "gpu_check.json",  # benchmarks/gpu_check.py's result, beside a sweep it ran: the GPU and its checks

@@ -571,10 +571,10 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
     """One row per label of a plain block format (W = A, not a hybrid) as trained: elem, block_size,
     scale, global_scale, rule (its E8M0 or float scales' rounding rule) and ``name``, the geometry's
     ``records.precision.block_name`` (``train.tensor_error``'s keys); a recipe (``nvfp4``) by its own
-    geometry, a record written before ``precision.global_scale`` existed as without one. With
-    ``gradients``, also the labels that differ from one only in the incoming gradient's format, and a
-    column ``grads``: that format (the element format where it is W's). Indexed by label, in display
-    order."""
+    geometry, a record written before ``precision.global_scale`` existed as without one, and ``grads``,
+    the incoming gradient's format (the element format where the run left it to W's). With
+    ``gradients``, also the labels that differ from a plain one only in keeping the gradients in high
+    precision. Indexed by label, in display order."""
     from quant.formats import ELEM_FORMATS, RECIPES, ElemKind
     from records.precision import DEFAULTS, block_name
 
@@ -582,10 +582,11 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
     cols = ["elem", "block_size", "scale", "global_scale", "rule", "name"]
     rows = []
     for label, r in label_info(frame).iterrows():
-        own_grads = pd.notna(r["grads"]) and str(r["grads"]) != str(r["w"])
-        plain = not _is_hybrid(str(label), r["w"], r["a"], r["fwd_only"])  # but for the gradients
-        if r["w"] != r["a"] or not (plain if gradients else not r["hybrid"]):
+        # with ``gradients`` a hybrid only by its gradients is kept
+        hybrid = _is_hybrid(str(label), r["w"], r["a"], r["fwd_only"]) if gradients else r["hybrid"]
+        if r["w"] != r["a"] or hybrid:
             continue
+        own_grads = pd.notna(r["grads"]) and str(r["grads"]) != str(r["w"])
         g = frame[frame["label"] == label]
 
         def setting(key: str, g: pd.DataFrame = g) -> Any:
@@ -616,8 +617,7 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
                 "grads": str(r["grads"]) if own_grads else elem,
             }
         )
-    out = pd.DataFrame(rows, columns=["label", *cols, "grads"]).set_index("label")
-    return out if gradients else out[cols]
+    return pd.DataFrame(rows, columns=["label", *cols, "grads"]).set_index("label")
 
 
 def bit_ordering(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

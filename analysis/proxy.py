@@ -52,6 +52,7 @@ import pandas as pd
 
 from analysis.collect import run_rows
 from analysis.instability import FINISHED
+from records import PROBE
 
 BLOWUP = 2.0
 ONSET = 3.0
@@ -170,7 +171,7 @@ def _clip_mean(rows: pd.DataFrame) -> pd.Series:
 
 def probes(runs: pd.DataFrame) -> pd.DataFrame:
     """The rows of every run's ``probe.jsonl`` (``train.probe``), with the run's ``run`` column."""
-    return pd.DataFrame(run_rows(runs, "probe.jsonl"))
+    return pd.DataFrame(run_rows(runs, PROBE))
 
 
 def _probe_at(probe: pd.DataFrame, run: str | None, before: float | None = None) -> tuple[float, float]:

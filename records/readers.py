@@ -25,6 +25,9 @@ from typing import Any
 import yaml
 
 SUMMARY, CONFIG, METRICS, MANIFEST = "summary.json", "config.yaml", "metrics.jsonl", "manifest.json"
+PROBE, TENSOR_ERROR = "probe.jsonl", "tensor_error.jsonl"
+"""Rows written after training by ``train.probe`` (gradients at checkpoints) and ``train.tensor_error``
+(the quantization error of a trained LM's own tensors), read by ``analysis``."""
 
 # libyaml's parser when PyYAML was built with it (the wheels are), else PyYAML's pure-Python one.
 _Loader = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader

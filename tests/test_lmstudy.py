@@ -728,6 +728,8 @@ def test_block_scale_section_prices_by_the_tensors_and_draws_the_block_sizes(tmp
     assert [r.split(" | ")[2] for r in table] == list(geometry)
     assert table[0].startswith("| UE4M3 + per-tensor scale | 8 |") and table[0].endswith("| 0.0060 |")
     assert table[3].startswith("| UE5M3 alone | 8 |")
+    header = "| family | block | label | Δ vs bf16 (mean ± sd over seeds) | relative MSE (own tensors) |"
+    assert header in text  # the table's own columns, no more
     starts = ("| UE4M3 + per-tensor scale | nvfp4_bs8 −", "| UE5M3 alone | ue5m3_bs8 −")
     shapes = [line for line in text.splitlines() if line.startswith(starts)]
     assert len(shapes) == 2 * len({(d, w) for sh in LADDER.values() for d, w in sh})
@@ -736,6 +738,11 @@ def test_block_scale_section_prices_by_the_tensors_and_draws_the_block_sizes(tmp
     rows = [line for line in text.splitlines() if line.startswith("| fp4_e2m1")]
     assert len(rows) == 6 and all(r.split(" | ")[2] == "–" for r in rows)
     assert "Ceil over floor" not in text
+    # what the section argues from is computed, operand by operand: 0.013 / 0.008 and 0.1 / 0.1
+    assert (
+        "ue5m3_bs16 over nvfp4 on these tensors, operand by operand: MSE W ×1.62, X ×1.62, X_T ×1.62, "
+        "dY ×1.62, dY_T ×1.62; flushed W ×1.00, X ×1.00, X_T ×1.00, dY ×1.00, dY_T ×1.00." in text
+    )
     # finer helps UE5M3 alone as much as under the per-tensor scale: B3 fails, and with it the claim
     text = section({**as_predicted, "ue5m3_bs8": 0.08, "ue5m3_bs16": 0.10, "ue5m3_bs32": 0.12})
     assert f"**{NOT.capitalize()}.**" in text

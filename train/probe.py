@@ -30,11 +30,9 @@ import yaml
 
 import quant
 from quant import QuantPolicy
-from records import atomic_write, dumps
+from records import PROBE, atomic_write, dumps
 from train import checkpoint
 from train.config import LoggerConfig, PrecisionConfig, RunConfig, TrainConfig, WandbConfig
-
-PROBE = "probe.jsonl"
 
 
 def run_config(run_dir: Path) -> RunConfig:

@@ -49,12 +49,10 @@ import torch
 import torch.nn as nn
 
 import quant
-from records import atomic_write, dumps, read_metrics
+from records import TENSOR_ERROR, atomic_write, dumps, read_metrics
 from records.precision import block_name
 from train import checkpoint
 from train.probe import run_config
-
-OUT = "tensor_error.jsonl"
 
 
 @dataclass(frozen=True)
@@ -138,9 +136,9 @@ def operands(model: nn.Module, task: Any, step: int) -> dict[str, dict[str, torc
 
 
 def tensor_errors(run_dir: str | Path, formats: tuple[Measured, ...] = MX) -> dict[str, Any]:
-    """Measure one run (see the module docstring); returns the row it wrote to ``OUT``: the step and,
-    per ``<metric>/<operand>/<format>/<rule>``, the mean over the model's Linears, beside the keys an
-    earlier call wrote at the same step for other formats."""
+    """Measure one run (see the module docstring); returns the row it wrote to ``<run>/tensor_error.jsonl``
+    (``records.TENSOR_ERROR``): the step and, per ``<metric>/<operand>/<format>/<rule>``, the mean over
+    the model's Linears, beside the keys an earlier call wrote at the same step for other formats."""
     from train.tasks import make_task
 
     run_dir = Path(run_dir)
@@ -157,10 +155,10 @@ def tensor_errors(run_dir: str | Path, formats: tuple[Measured, ...] = MX) -> di
             for m in formats:
                 for metric, value in zip(("rel_mse", "flushed"), errors(t, m), strict=True):
                     found.setdefault(m.key(metric, role), []).append(value)
-    earlier = read_metrics(run_dir / OUT) if (run_dir / OUT).exists() else []
+    earlier = read_metrics(run_dir / TENSOR_ERROR) if (run_dir / TENSOR_ERROR).exists() else []
     kept = earlier[-1] if earlier and earlier[-1].get("step") == step else {}
     row = {**kept, "step": step, **{k: float(np.nanmean(v)) for k, v in found.items()}}
-    atomic_write(run_dir / OUT, dumps(row) + "\n")
+    atomic_write(run_dir / TENSOR_ERROR, dumps(row) + "\n")
     return row
 
 
@@ -185,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     for d in runs:
         tensor_errors(d, SETS[a.formats])
-        print(f"{d.name} → {d / OUT}")
+        print(f"{d.name} → {d / TENSOR_ERROR}")
     return 0
 
 

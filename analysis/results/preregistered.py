@@ -7,8 +7,10 @@ gradients of LM training) and 3.6 (UE5M3-alone's cost there is the gradients').
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ from analysis.instability import FINISHED
 from analysis.lmstudy import ALPHA
 from analysis.report import md_table
 from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _seed_list
+from records import TENSOR_ERROR
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class Preregistered:
     explore: str | None = None
     """The sweep the predictions were read off, shown beside the test as the exploratory sample (when
     it trained the same formats)."""
+    compare: tuple[str, str] | None = None
+    """Two labels whose errors on the trained tensors the section sets side by side, operand by operand
+    (the first over the second), where ``why`` argues from that comparison."""
 
     def rule(self, seeds: str | None = None) -> str:
         """``why``, where the predictions were fixed and the verdict's rule, in words."""
@@ -174,12 +180,11 @@ BLOCK_SCALE = Preregistered(
     why=(
         "Study 2 (2.1, 2.2) finds on weights that FP4 with UE4M3 block scales gets worse with smaller blocks "
         "below σ ≈ 0.02, where a small block's scale underflows, and that UE5M3 or a per-tensor scale fix "
-        "it. In training the smallest tensors are the gradients (rms 1e-5–1e-4: a loss averaged over "
-        "thousands of tokens): below UE4M3's range altogether, and at the bottom of UE5M3's, whose "
-        "inversion sits 2⁸ lower (near 7.6e-5). E2M1 in blocks of 8, 16 and 32 under UE4M3 with NVFP4's "
-        "per-tensor scale (`precision.global_scale=true`; blocks of 16 are NVFP4) and under UE5M3 alone; "
-        "predictions read off the error of seed 3's bf16 runs' own tensors (`python -m train.tensor_error "
-        "--formats fp4_blocks`). Tests as in 3.2."
+        "it. In training the smallest tensors are the gradients (a loss averaged over thousands of tokens): "
+        "below UE4M3's range altogether, and at the bottom of UE5M3's, which reaches 2⁸ lower. E2M1 in "
+        "blocks of 8, 16 and 32 under UE4M3 with NVFP4's per-tensor scale (`precision.global_scale=true`; "
+        "blocks of 16 are NVFP4) and under UE5M3 alone; predictions read off the error of seed 3's bf16 "
+        "runs' own tensors (`python -m train.tensor_error --formats fp4_blocks`). Tests as in 3.2."
     ),
     preset="lm_block_scale",
     predictions=(
@@ -196,6 +201,7 @@ BLOCK_SCALE = Preregistered(
     "same error under both scale families at each block size: only the gradients tell them apart.",
     price="tensors",
     figure="block_size",
+    compare=("ue5m3_bs16", "nvfp4"),
 )
 """3.5, as fixed in conf/experiment/lm_block_scale.yaml before it ran."""
 
@@ -205,8 +211,8 @@ BLOCK_GRADS = Preregistered(
     why=(
         "In 3.5 FP4 E2M1 in blocks of 16 under UE5M3 alone ended far above NVFP4 (UE4M3 with a per-tensor "
         "scale), where study 2 (2.2) has UE5M3 as the fix. On the bf16 runs' own tensors the two families "
-        "quantize weights and activations alike (relative MSE within 0.3 %) and differ only in the "
-        "gradients (UE5M3 alone: 1.6× the MSE, 2.3× the values flushed to 0). Each family trained as is "
+        "quantize weights and activations alike and differ in the gradients (the ratios under the tensor "
+        "table below). Each family trained as is "
         "and with the incoming gradient kept in bf16 in both backward GEMMs (`precision.g_dgrad=bf16`; "
         'weights and saved activations stay FP4 there); the error ratios below are "–" because a '
         "format with bf16 gradients has no one tensor price. Tests as in 3.2."
@@ -223,6 +229,7 @@ BLOCK_GRADS = Preregistered(
     contrast="Measured beside them: NVFP4's own cost in its gradients (nvfp4 − nvfp4_bf16g).",
     price="tensors",
     figure="gradients",
+    compare=("ue5m3_bs16", "nvfp4"),
 )
 """3.6, as fixed in conf/experiment/lm_block_grads.yaml before it ran."""
 
@@ -349,7 +356,7 @@ def preregistered_section(
             "",
         )
     FIGURES[spec.figure](doc, spec, samples, names, errors)
-    _tensor_errors(doc, confirm)
+    _tensor_errors(doc, confirm, spec.compare)
 
 
 def _format_error_figure(
@@ -402,19 +409,16 @@ def _format_error_figure(
         doc.figure(plots.format_error_plot(pts), f"{spec.preset}.png", caption)
 
 
-def _tensor_errors(doc: _Doc, src: Source) -> None:
+def _tensor_errors(doc: _Doc, src: Source, compare: tuple[str, str] | None = None) -> None:
     """The error of the trained models' own tensors (``train.tensor_error``'s rows in ``src``'s runs),
-    beside the Gaussian closed form, for the formats and rules ``src`` trained; nothing without rows."""
+    beside the Gaussian closed form, for the formats and rules ``src`` trained, and the ``compare``
+    labels' ratio operand by operand; nothing without rows."""
     from analysis import lmstudy
     from analysis.blocksize.theory import format_error
-    from analysis.collect import run_rows
     from quant.formats import ELEM_FORMATS
 
     df = lmstudy.label_column(src.df)
-    if "path" not in df:
-        return
-    rows = run_rows(df.drop_duplicates("path"), "tensor_error.jsonl")  # each run directory once
-    table = lmstudy.tensor_error_table(pd.DataFrame(rows))
+    table, runs = _tensor_table(df)
     if table.empty:
         return
     geometry = lmstudy.block_geometry(df)
@@ -451,7 +455,6 @@ def _tensor_errors(doc: _Doc, src: Source) -> None:
                 f"{f}: MSE ×{min(mse):.2f}–{max(mse):.2f} (Gaussian ×{gauss:.3f})"
                 + (f", flushed ×{min(flushed):.2f}–{max(flushed):.2f}" if flushed else ", flushed < 0.5 %")
             )
-    runs = len(rows)
     doc.add(
         f"**The trained models' own tensors** (`python -m train.tensor_error {_rel(src.path)}`: {runs} bf16 "
         "runs' final weights, quantization off, one batch; each operand blocked along its GEMM's "
@@ -465,6 +468,45 @@ def _tensor_errors(doc: _Doc, src: Source) -> None:
     )
     if lines:
         doc.add("Ceil over floor, across the operands: " + "; ".join(lines) + ".", "")
+    rows = table.set_index(["format", "rule"])
+    known = [label for label in compare or () if label in geometry.index]
+    keys = [tuple(geometry.loc[label, ["name", "rule"]]) for label in known]
+    if compare and len(keys) == 2 and all(k in rows.index for k in keys):
+        num, den = (rows.loc[k] for k in keys)
+        ratios = [
+            f"{words} "
+            + ", ".join(f"{o} ×{num[f'{metric}/{o}'] / den[f'{metric}/{o}']:.2f}" for o in operands)
+            for metric, words in (("rel_mse", "MSE"), ("flushed", "flushed"))
+        ]
+        doc.add(
+            f"{compare[0]} over {compare[1]} on these tensors, operand by operand: {'; '.join(ratios)}.", ""
+        )
+
+
+def _tensor_table(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(``lmstudy.tensor_error_table`` of the runs of ``df`` that ``train.tensor_error`` measured, how
+    many runs that is); (empty, 0) where none was. Read once per sweep: the error-ratio column and the
+    tensor table of a section ask for the same files."""
+    if "path" not in df:
+        return pd.DataFrame(), 0
+    files = []  # (run, file, its mtime): a file rewritten since is read again
+    once = df.drop_duplicates("path")  # each run directory once
+    for run, path in zip(once["run"], once["path"], strict=True):
+        f = Path(path) / TENSOR_ERROR
+        if f.exists():
+            files.append((run, str(f), f.stat().st_mtime_ns))
+    return _read_tensor_table(tuple(files))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tensor_table(files: tuple[tuple[str, str, int], ...]) -> tuple[pd.DataFrame, int]:
+    """``_tensor_table`` of (run, file, mtime) (hashable, so the read is cached; callers only filter the
+    frame, never change it in place)."""
+    from analysis import lmstudy
+    from analysis.collect import read_metrics
+
+    rows = [{"run": run, **row} for run, f, _ in files for row in read_metrics(Path(f))]
+    return lmstudy.tensor_error_table(pd.DataFrame(rows)), len(rows)
 
 
 def _tensor_block_errors(df: pd.DataFrame) -> dict[str, float]:
@@ -472,13 +514,8 @@ def _tensor_block_errors(df: pd.DataFrame) -> dict[str, float]:
     the five operands of the median over the sweep's measured runs (``train.tensor_error``'s rows) of
     the format's geometry; empty where no run was measured."""
     from analysis import lmstudy
-    from analysis.collect import run_rows
 
-    if "path" not in df:
-        return {}
-    table = lmstudy.tensor_error_table(
-        pd.DataFrame(run_rows(df.drop_duplicates("path"), "tensor_error.jsonl"))
-    )
+    table, _ = _tensor_table(df)
     if table.empty:
         return {}
     mse = [c for c in table.columns if c.startswith("rel_mse/")]
@@ -500,27 +537,11 @@ def _block_size_figure(
     from analysis import lmstudy, plots
 
     source, df = samples[-1]
-    ref = lmstudy.reference_label(df["label"].unique())
-    geometry = lmstudy.block_geometry(df)
-    if ref is None or geometry.empty:
-        return
-    deltas = lmstudy.deltas_vs_reference(df, reference=ref).set_index("label")
-    rows = []
-    for label, g in geometry.iterrows():
-        if label not in deltas.index:
-            continue
-        family = _family(g)
-        d = deltas.loc[label]
-        mean, sd = d["mean_over_seeds"], d["sd_over_seeds"]
-        rows.append(
-            {"family": family, "block": int(g["block_size"]), "label": label, "mean": mean, "sd": sd}
-            | {"error": errors.get(label, np.nan)}
-        )
-    pts = pd.DataFrame(rows, columns=["family", "block", "label", "mean", "sd", "error"])
+    ref, pts = _family_deltas(df)
     if pts.empty:
         return
-    order = {f: i for i, f in enumerate(dict.fromkeys(pts["family"]))}  # families as first met, blocks up
-    pts = pts.sort_values(["family", "block"], key=lambda c: c.map(order) if c.name == "family" else c)
+    pts = pts.assign(error=[errors.get(label, np.nan) for label in pts["label"]])
+    pts = _by_family(pts, "block")  # blocks up
     shown = pts.assign(
         **{
             f"Δ vs {ref} (mean ± sd over seeds)": [
@@ -528,7 +549,7 @@ def _block_size_figure(
             ],
             "relative MSE (own tensors)": [_num(e, ".4f") for e in pts["error"]],
         }
-    ).drop(columns=["mean", "sd", "error"])
+    ).drop(columns=["elem", "grads", "mean", "sd", "error"])
     doc.add(
         f"Δ vs {ref} on {names[id(source)]} by block-scale family and block size, beside the relative MSE "
         "of the format on the bf16 runs' own tensors (mean over the five operands):",
@@ -574,6 +595,35 @@ def _family(g: pd.Series) -> str:
     return f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
 
 
+def _family_deltas(df: pd.DataFrame, *, gradients: bool = False) -> tuple[str | None, pd.DataFrame]:
+    """(the reference label, one row per block format of ``df`` with matched runs: its family in words,
+    block, label, elem, grads and Δ vs the reference as mean and sd over seeds); no rows without a
+    reference. ``gradients``: as ``lmstudy.block_geometry``'s."""
+    from analysis import lmstudy
+
+    cols = ["family", "block", "label", "elem", "grads", "mean", "sd"]
+    ref = lmstudy.reference_label(df["label"].unique())
+    geometry = lmstudy.block_geometry(df, gradients=gradients)
+    if ref is None or geometry.empty:
+        return ref, pd.DataFrame(columns=cols)
+    deltas = lmstudy.deltas_vs_reference(df, reference=ref).set_index("label")
+    rows = [
+        (_family(g), int(g["block_size"]), label, g["elem"], g["grads"])
+        + (deltas.loc[label, "mean_over_seeds"], deltas.loc[label, "sd_over_seeds"])
+        for label, g in geometry.iterrows()
+        if label in deltas.index
+    ]
+    return ref, pd.DataFrame(rows, columns=cols)
+
+
+def _by_family(pts: pd.DataFrame, then: str, ascending: bool = True) -> pd.DataFrame:
+    """``pts`` ordered by family as first met, then by ``then``."""
+    order = {f: i for i, f in enumerate(dict.fromkeys(pts["family"]))}
+    return pts.sort_values(
+        ["family", then], ascending=[True, ascending], key=lambda c: c.map(order) if c.name == "family" else c
+    )
+
+
 def _gradients_figure(
     doc: _Doc, spec: Preregistered, samples: list[tuple[Source, pd.DataFrame]], names: dict[int, str],
     errors: dict[str, float],
@@ -581,31 +631,18 @@ def _gradients_figure(
     """Where each block-scale family's cost lies: Δ vs bf16 (mean ± sd over seeds) of each family with
     its incoming gradient in the family's own block format and kept in high precision, on the fresh
     seeds; a table, the share of each family's Δ that the gradients carry, and the figure."""
-    from analysis import lmstudy, plots
+    from analysis import plots
 
     source, df = samples[-1]
-    ref = lmstudy.reference_label(df["label"].unique())
-    geometry = lmstudy.block_geometry(df, gradients=True)
-    if ref is None or geometry.empty:
-        return
-    deltas = lmstudy.deltas_vs_reference(df, reference=ref).set_index("label")
-    rows = []
-    for label, g in geometry.iterrows():
-        if label in deltas.index:
-            own = g["grads"] == g["elem"]
-            d = deltas.loc[label]
-            rows.append(
-                {"family": _family(g), "block": int(g["block_size"]), "label": label}
-                | {"gradients": f"{g['elem']} (the family's)" if own else str(g["grads"]), "own": own}
-                | {"mean": d["mean_over_seeds"], "sd": d["sd_over_seeds"]}
-            )
-    pts = pd.DataFrame(rows, columns=["family", "block", "label", "gradients", "own", "mean", "sd"])
+    ref, pts = _family_deltas(df, gradients=True)
     if pts.empty:
         return
-    order = {f: i for i, f in enumerate(dict.fromkeys(pts["family"]))}  # families as first met, own first
-    pts = pts.sort_values(["family", "own"], key=lambda c: c.map(order) if c.name == "family" else ~c)
+    own = pts["grads"] == pts["elem"]
+    pts = pts.assign(own=own, gradients=np.where(own, pts["elem"] + " (the family's)", pts["grads"]))
+    pts = _by_family(pts, "own", ascending=False)  # the family's own gradients first
     cells = [f"{m:+.4f} ± {sd:.4f}" for m, sd in zip(pts["mean"], pts["sd"], strict=True)]
-    shown = pts.assign(**{f"Δ vs {ref} (mean ± sd over seeds)": cells}).drop(columns=["own", "mean", "sd"])
+    shown = pts.assign(**{f"Δ vs {ref} (mean ± sd over seeds)": cells})
+    shown = shown[["family", "block", "label", "gradients", f"Δ vs {ref} (mean ± sd over seeds)"]]
     doc.add(
         f"Δ vs {ref} on {names[id(source)]} by block-scale family, the incoming gradient in the family's "
         "own format or not:",
