@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from launching import REPO
 
 import launch  # registers the root schema (run_schema) and the group schemas in Hydra's ConfigStore
+from quant.policy import ROLES
 from records.identity import run_id
 from sweeper.config import sweep_settings, to_run_config
 from sweeper.grid import branch, expand
@@ -48,6 +49,7 @@ TINY = {
     "lm_grad_sr": [*TINY_LM, "sweep.seeds=[15]"],
     "lm_block_scale": [*TINY_LM, "sweep.seeds=[21]"],
     "lm_block_grads": [*TINY_LM, "sweep.seeds=[27]"],
+    "lm_block_global": [*TINY_LM, "sweep.seeds=[33]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -177,6 +179,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
         0,
     ),  # bf16 + E2M1 × blocks 8/16/32 × UE4M3 + per-tensor / UE5M3, × 9 pairs × seeds 21–26
     "lm_block_grads": (270, 0),  # bf16 + NVFP4 / UE5M3 at 16, gradients in FP4 or bf16, × 9 pairs × 27–32
+    "lm_block_global": (324, 0),  # bf16, NVFP4, UE5M3 alone at 16, UE5M3 + per-tensor at 8/16/32, × 9 × 33–38
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -270,6 +273,7 @@ VARIANTS = {
     "lm_grad_sr": "lm_scale_rule",
     "lm_block_scale": "lm_format_error",
     "lm_block_grads": "lm_format_error",
+    "lm_block_global": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -545,6 +549,22 @@ def test_lm_block_scale_trains_the_geometry_each_name_says(tmp_path):
         **{f"nvfp4_bs{b}": ("fp4_e2m1", b, "ue4m3", True) for b in (8, 32)},
         "nvfp4": ("fp4_e2m1", 16, "ue4m3", True),
         **{f"ue5m3_bs{b}": ("fp4_e2m1", b, "ue5m3", False) for b in (8, 16, 32)},
+    }
+
+
+def test_lm_block_global_puts_ue5m3_under_a_per_tensor_scale_in_every_role(tmp_path):
+    """3.7's `ue5m3_global` runs quantize every role (the gradients above all) in E2M1 under UE5M3 block
+    scales and NVFP4's per-tensor scale, at the block size the name says; its references are as in 3.5."""
+    seen = {}
+    for r in _planned("lm_block_global", tmp_path):
+        policy = r.run.precision.policy()
+        specs = {(s.elem.name, s.block_size, s.scale.name, s.global_scale) for s in map(policy.spec, ROLES)}
+        seen[r.run.logger.label] = specs
+    assert seen == {
+        "bf16": {("bf16", None, "e8m0", False)},
+        "nvfp4": {("fp4_e2m1", 16, "ue4m3", True)},
+        "ue5m3_bs16": {("fp4_e2m1", 16, "ue5m3", False)},
+        **{f"ue5m3_global_bs{b}": {("fp4_e2m1", b, "ue5m3", True)} for b in (8, 16, 32)},
     }
 
 
