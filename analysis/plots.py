@@ -1196,6 +1196,16 @@ def format_error_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
     return fig
 
 
+FAMILY_STYLES = {
+    "UE4M3 + per-tensor scale": ("tab:blue", "o"),
+    "UE5M3 alone": ("tab:red", "s"),
+    "UE5M3 + per-tensor scale": ("tab:green", "^"),
+}
+"""(colour, marker) of each block-scale family the LM studies train, the same in every figure that
+compares them (results 3.5–3.7); another family takes a spare style."""
+_SPARE_STYLES = (("tab:purple", "D"), ("tab:orange", "v"), ("tab:brown", "P"), ("tab:gray", "X"))
+
+
 def block_size_training_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
     """Study 2's question asked of training: Δ final val loss vs ``reference`` (mean ± sd over seeds)
     against the block size, one line per block-scale family (``points``: family, block, label, mean,
@@ -1204,10 +1214,10 @@ def block_size_training_plot(points: pd.DataFrame, reference: str = "bf16") -> F
     fig = Figure(figsize=(6.8, 4.2), layout="constrained")
     ax = fig.subplots()
     families = list(dict.fromkeys(points["family"]))
-    colours = ("tab:blue", "tab:red", "tab:green", "tab:purple")
-    markers = ("o", "s", "^", "D")
+    spare = iter(s for s in _SPARE_STYLES if s not in {FAMILY_STYLES.get(f) for f in families})
     n = max(1, len(families))
-    for i, (family, colour, marker) in enumerate(zip(families, colours, markers, strict=False)):
+    for i, family in enumerate(families):
+        colour, marker = FAMILY_STYLES.get(family) or next(spare)
         g = points[points["family"] == family].sort_values("block")
         x = g["block"].to_numpy(float) * _log_dodge(i, n, 0.03)  # side by side where they meet
         ax.errorbar(x, g["mean"], yerr=g["sd"].fillna(0.0), fmt=f"-{marker}", color=colour, ms=6, capsize=3,

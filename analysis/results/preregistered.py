@@ -2,7 +2,8 @@
 preset's header before it ran (``Preregistered``): 3.2 (the format's quantization error, not its bit
 count, orders the loss gap), 3.3 (the E8M0 scale rule moves the loss as that error does), 3.4 (is
 ceil's cost for E2M1 the gradients' rounding to nearest?), 3.5 (study 2's inversion, in the
-gradients of LM training) and 3.6 (UE5M3-alone's cost there is the gradients').
+gradients of LM training), 3.6 (UE5M3-alone's cost there is the gradients') and 3.7 (with NVFP4's
+per-tensor scale UE5M3 trains as NVFP4 does).
 """
 
 from __future__ import annotations
@@ -233,6 +234,36 @@ BLOCK_GRADS = Preregistered(
 )
 """3.6, as fixed in conf/experiment/lm_block_grads.yaml before it ran."""
 
+BLOCK_GLOBAL = Preregistered(
+    title="3.7 UE5M3 needs a per-tensor scale in training: with NVFP4's, it trains as NVFP4 does and finer "
+    "blocks help (pre-registered)",
+    why=(
+        "3.5 and 3.6 put UE5M3-alone's cost in its gradients, whose magnitude sits at the bottom of UE5M3's "
+        "range. NVFP4's second level, a per-tensor fp32 scale (`precision.global_scale=true`), maps each "
+        "tensor's max to the top of the block scale's range whatever the tensor's size: UE5M3 then has "
+        "UE4M3's 3 mantissa bits and more range below the max, which these tensors' blocks do not need. "
+        "On the bf16 runs' own tensors of 3.5 and 3.6 the two scale formats under a per-tensor scale "
+        "quantize every operand alike, and finer blocks lower every operand's error, the gradients' too "
+        "(the ratios under the tensor table below). E2M1 under UE5M3 with a per-tensor scale in blocks of "
+        "8, 16 and 32, beside NVFP4 and UE5M3 alone at 16. Tests as in 3.2."
+    ),
+    preset="lm_block_global",
+    predictions=(
+        Prediction("E1", "ue5m3_bs16", "ue5m3_global_bs16"),
+        Prediction("E2", "ue5m3_global_bs16", "nvfp4", 0.0075),
+        Prediction("E3", "ue5m3_global_bs32", "ue5m3_global_bs8"),
+        Prediction("finer", "ue5m3_global_bs16", "ue5m3_global_bs8", measured=True),
+    ),
+    decide=("E1", "E2", "E3"),
+    first="E1",
+    contrast="Measured beside them: finer, the step from blocks of 16 to 8 under UE5M3 with a per-tensor "
+    "scale (3.5's B2 under NVFP4's).",
+    price="tensors",
+    figure="block_size",
+    compare=("ue5m3_global_bs16", "nvfp4"),
+)
+"""3.7, as fixed in conf/experiment/lm_block_global.yaml before it ran."""
+
 
 def _num(value: float, spec: str) -> str:
     """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
@@ -342,6 +373,7 @@ def preregistered_section(
         md_table(pd.DataFrame(rows)),
         "",
     )
+    doc.add(_unstable(samples[-1][1]), "")
     failed = [h for h, ok in held.items() if not ok]
     doc.add(
         f"On the fresh seeds: {', '.join(h for h, ok in held.items() if ok) or 'none'} held"
@@ -357,6 +389,27 @@ def preregistered_section(
         )
     FIGURES[spec.figure](doc, spec, samples, names, errors)
     _tensor_errors(doc, confirm, spec.compare)
+
+
+def _unstable(df: pd.DataFrame) -> str:
+    """A sentence: how many finished runs of each label were unstable (diverged, or spiked and did not
+    recover: ``collect``'s rule), which every Δ leaves out; a format that loses many pays more than its
+    Δ says."""
+    from analysis import lmstudy
+
+    done = df[df["status"].isin(FINISHED)]
+    counts = done.groupby("label")["unstable"].agg(["sum", "size"])
+    counts = counts.loc[[x for x in lmstudy.ordered_labels(lmstudy.label_info(done)) if x in counts.index]]
+    flagged = [
+        f"{label} {int(r['sum'])} of {int(r['size'])}" for label, r in counts.iterrows() if r["sum"] > 0
+    ]
+    if not flagged:
+        return "No finished run was unstable."
+    rest = "none of the others" if len(flagged) < len(counts) else "every format lost some"
+    return (
+        "Runs left out of every Δ as unstable (diverged, or a loss spike the run did not recover from): "
+        f"{', '.join(flagged)}; {rest}."
+    )
 
 
 def _format_error_figure(
@@ -607,6 +660,8 @@ def _family_deltas(df: pd.DataFrame, *, gradients: bool = False) -> tuple[str | 
     if ref is None or geometry.empty:
         return ref, pd.DataFrame(columns=cols)
     deltas = lmstudy.deltas_vs_reference(df, reference=ref).set_index("label")
+    # families in one order whatever the labels: by scale format, each with its per-tensor scale first
+    geometry = geometry.sort_values(["scale", "global_scale"], ascending=[True, False], kind="stable")
     rows = [
         (_family(g), int(g["block_size"]), label, g["elem"], g["grads"])
         + (deltas.loc[label, "mean_over_seeds"], deltas.loc[label, "sd_over_seeds"])
@@ -686,5 +741,5 @@ FIGURES = {
 }
 """``Preregistered.figure`` → the section's Δ-vs-bf16 table and figure."""
 
-PREREGISTERED = (FORMAT_ERROR, SCALE_RULE, GRAD_SR, BLOCK_SCALE, BLOCK_GRADS)
+PREREGISTERED = (FORMAT_ERROR, SCALE_RULE, GRAD_SR, BLOCK_SCALE, BLOCK_GRADS, BLOCK_GLOBAL)
 """The pre-registered sections, in the document's order."""
