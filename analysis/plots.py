@@ -1200,10 +1200,11 @@ FAMILY_STYLES = {
     "UE4M3 + per-tensor scale": ("tab:blue", "o"),
     "UE5M3 alone": ("tab:red", "s"),
     "UE5M3 + per-tensor scale": ("tab:green", "^"),
+    "E8M0 alone": ("tab:purple", "D"),
 }
 """(colour, marker) of each block-scale family the LM studies train, the same in every figure that
-compares them (results 3.5–3.7); another family takes a spare style."""
-_SPARE_STYLES = (("tab:purple", "D"), ("tab:orange", "v"), ("tab:brown", "P"), ("tab:gray", "X"))
+compares them (results 3.5–3.8); another family takes a spare style."""
+_SPARE_STYLES = (("tab:orange", "v"), ("tab:brown", "P"), ("tab:gray", "X"), ("tab:olive", "*"))
 
 
 def block_size_training_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:

@@ -808,6 +808,36 @@ def test_block_global_section_judges_ue5m3_under_a_per_tensor_scale_against_nvfp
     assert f"**{NOT.capitalize()}.**" in section({**as_predicted, "ue5m3_global_bs16": 0.60})
 
 
+def test_block_e8m0_section_sets_the_flushed_share_against_the_mse(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED
+    from analysis.results.preregistered import BLOCK_E8M0
+
+    geometry = {
+        "mxfp4_e2m1_bs8": (8, "e8m0", False), "mxfp4_e2m1_bs16": (16, "e8m0", False),
+        "mxfp4_e2m1": (32, "e8m0", False), "nvfp4": (16, "ue4m3", True),
+    }  # fmt: skip
+    mse = (0.0160, 0.0159, 0.0159, 0.0088)  # finer E8M0 blocks: the MSE flat
+    section = _block_section(tmp_path / "be", BLOCK_E8M0, geometry, mse, seeds=(39, 40, 41), flushed=0.1)
+    as_predicted = {"mxfp4_e2m1_bs8": 0.12, "mxfp4_e2m1_bs16": 0.15, "mxfp4_e2m1": 0.20, "nvfp4": 0.10}
+    text = section(as_predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "F1, F2, F3 held." in text
+    assert "| F1 | mxfp4_e2m1 worse than mxfp4_e2m1_bs8 | 0.99 |" in text  # 0.0159 / 0.0160
+    assert "the model predicts a gap near 0; measured (Δ [90 % CI]): F1 " in text
+    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| E8M0 alone")]
+    assert [t[1:] for t in table[:3]] == [
+        ["8", "mxfp4_e2m1_bs8"],
+        ["16", "mxfp4_e2m1_bs16"],
+        ["32", "mxfp4_e2m1"],
+    ]
+    assert "mxfp4_e2m1_bs8 over mxfp4_e2m1 on these tensors, operand by operand: MSE W ×1.01" in text
+    # finer blocks help from 32 to 8 but not from 32 to 16: partially
+    text = section({**as_predicted, "mxfp4_e2m1_bs16": 0.21})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "F2 did not" in text
+    # the MSE was right, finer E8M0 blocks do not help: F1 fails, and with it the claim
+    flat = {**as_predicted, "mxfp4_e2m1_bs8": 0.20, "mxfp4_e2m1_bs16": 0.20}
+    assert f"**{NOT.capitalize()}.**" in section(flat)
+
+
 def test_block_size_training_plot_puts_each_family_on_the_block_sizes():
     pts = pd.DataFrame(
         [

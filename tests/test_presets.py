@@ -50,6 +50,7 @@ TINY = {
     "lm_block_scale": [*TINY_LM, "sweep.seeds=[21]"],
     "lm_block_grads": [*TINY_LM, "sweep.seeds=[27]"],
     "lm_block_global": [*TINY_LM, "sweep.seeds=[33]"],
+    "lm_block_e8m0": [*TINY_LM, "sweep.seeds=[39]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -180,6 +181,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     ),  # bf16 + E2M1 × blocks 8/16/32 × UE4M3 + per-tensor / UE5M3, × 9 pairs × seeds 21–26
     "lm_block_grads": (270, 0),  # bf16 + NVFP4 / UE5M3 at 16, gradients in FP4 or bf16, × 9 pairs × 27–32
     "lm_block_global": (324, 0),  # bf16, NVFP4, UE5M3 alone at 16, UE5M3 + per-tensor at 8/16/32, × 9 × 33–38
+    "lm_block_e8m0": (270, 0),  # bf16, NVFP4, E2M1 under E8M0 at 8/16/32, × 9 pairs × seeds 39–44
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -274,6 +276,7 @@ VARIANTS = {
     "lm_block_scale": "lm_format_error",
     "lm_block_grads": "lm_format_error",
     "lm_block_global": "lm_format_error",
+    "lm_block_e8m0": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -566,6 +569,24 @@ def test_lm_block_global_puts_ue5m3_under_a_per_tensor_scale_in_every_role(tmp_p
         "ue5m3_bs16": {("fp4_e2m1", 16, "ue5m3", False)},
         **{f"ue5m3_global_bs{b}": {("fp4_e2m1", b, "ue5m3", True)} for b in (8, 16, 32)},
     }
+
+
+def test_lm_block_e8m0_trains_mxfp4_at_each_block_size_under_the_floor_rule(tmp_path):
+    """3.8's `mxfp4_e2m1*` runs quantize every role in E2M1 under E8M0 block scales (OCP's floor rule)
+    at the block size the name says; NVFP4 is the float-scale reference."""
+    seen = {}
+    for r in _planned("lm_block_e8m0", tmp_path):
+        policy = r.run.precision.policy()
+        specs = {
+            (s.elem.name, s.block_size, s.scale.name, s.scale_rule.value) for s in map(policy.spec, ROLES)
+        }
+        seen[r.run.logger.label] = specs
+    assert {k: v for k, v in seen.items() if k.startswith("mxfp4")} == {
+        "mxfp4_e2m1_bs8": {("fp4_e2m1", 8, "e8m0", "floor")},
+        "mxfp4_e2m1_bs16": {("fp4_e2m1", 16, "e8m0", "floor")},
+        "mxfp4_e2m1": {("fp4_e2m1", 32, "e8m0", "floor")},
+    }
+    assert set(seen) == {"bf16", "nvfp4", "mxfp4_e2m1_bs8", "mxfp4_e2m1_bs16", "mxfp4_e2m1"}
 
 
 def test_lm_block_grads_keeps_only_the_gradients_out_of_fp4(tmp_path):
