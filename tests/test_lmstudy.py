@@ -767,7 +767,7 @@ def test_block_scale_section_prices_by_the_tensors_and_draws_the_block_sizes(tmp
 
 def test_block_global_section_judges_ue5m3_under_a_per_tensor_scale_against_nvfp4(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import BLOCK_GLOBAL
+    from analysis.results.preregistered import BLOCK_GLOBAL, _unstable
 
     geometry = {
         "nvfp4": (16, "ue4m3", True), "ue5m3_bs16": (16, "ue5m3", False),
@@ -791,6 +791,7 @@ def test_block_global_section_judges_ue5m3_under_a_per_tensor_scale_against_nvfp
     ]  # fmt: skip
     assert "ue5m3_global_bs16 over nvfp4 on these tensors, operand by operand: MSE W ×1.01" in text
     assert "No finished run was unstable." in text
+    assert _unstable(pd.DataFrame({"label": ["bf16"], "final_val_loss": [2.0]})).endswith("not on record.")
     # runs that spiked for good are counted where the verdict stands, and left out of every Δ
     text = section(as_predicted, unstable={"ue5m3_bs16": 12, "bf16": 1})
     assert (

@@ -427,6 +427,8 @@ def _unstable(df: pd.DataFrame) -> str:
     Δ says."""
     from analysis import lmstudy
 
+    if "unstable" not in df or "status" not in df:  # records collect did not read: nothing to count
+        return "Which runs were unstable is not on record."
     done = df[df["status"].isin(FINISHED)]
     counts = done.groupby("label")["unstable"].agg(["sum", "size"])
     counts = counts.loc[[x for x in lmstudy.ordered_labels(lmstudy.label_info(done)) if x in counts.index]]
