@@ -69,10 +69,11 @@ def size_bins(N: pd.Series, max_levels: int = 12) -> pd.Series:
     return pd.cut(N, bins=edges, labels=labels, right=False)
 
 
-def instability_map(df: pd.DataFrame, index: str = "pair", columns: str = "budget") -> pd.DataFrame:
-    """Tidy counts and fractions per (``index``, ``columns``): ``n`` finished runs and, for each of
-    ``OUTCOMES``, ``n_<outcome>`` and ``frac_<outcome>``. ``columns``/``index`` may also be
-    ``"size"`` or ``"tokens_per_param_bin"`` (derived here from N and tokens_per_param)."""
+def instability_map(df: pd.DataFrame, index: str = "pair", columns: str | None = "budget") -> pd.DataFrame:
+    """Tidy counts and fractions per (``index``, ``columns``), or per ``index`` alone where ``columns``
+    is None: ``n`` finished runs and, for each of ``OUTCOMES``, ``n_<outcome>`` and ``frac_<outcome>``.
+    ``columns``/``index`` may also be ``"size"`` or ``"tokens_per_param_bin"`` (derived here from N and
+    tokens_per_param)."""
     d = df[df["status"].isin(FINISHED)].copy()
     if "size" in (index, columns):
         d["size"] = size_bins(d["N"])
@@ -80,7 +81,7 @@ def instability_map(df: pd.DataFrame, index: str = "pair", columns: str = "budge
         d["tokens_per_param_bin"] = tokens_per_param_bins(d["tokens_per_param"])
     for o in OUTCOMES:
         d[o] = d[o].astype(bool) if o in d else False
-    g = d.groupby([index, columns], observed=True, sort=True)
+    g = d.groupby([index] if columns is None else [index, columns], observed=True, sort=True)
     out = g.size().rename("n").to_frame()
     for o in OUTCOMES:
         out[f"n_{o}"] = g[o].sum()

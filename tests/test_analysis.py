@@ -571,6 +571,9 @@ def test_instability_map_counts_and_fractions():
     s = instability.instability_map(df, "size", "tokens_per_param_bin")
     assert set(s["tokens_per_param_bin"].astype(str)) == {"2–5", "20–50", "10–20", "100–200"}
     assert s["n"].sum() == 6
+    # per index alone (a precision's runs over every budget): what the results' unstable counts read
+    one = instability.instability_map(df, "pair", None).set_index("pair")
+    assert one["n"].to_dict() == {"x/x": 4, "y/y": 2} and one["n_unstable"].to_dict() == {"x/x": 2, "y/y": 0}
 
 
 def test_clip_summary_takes_max_and_mean_over_layers():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.instability import FINISHED, sci, si
+from analysis.instability import FINISHED, instability_map, sci, si
 from analysis.report import md_table
 from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
 
@@ -70,13 +70,15 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
     doc.figure(plots.delta_heatmap(deltas, reference=ref), "lm_delta_heatmap.png", "Δ loss vs bf16, W × A")
 
     fin = df[df["status"].isin(FINISHED)]
-    unstable = fin.groupby("label")["unstable"].agg(["sum", "size"])
-    ref_bad = int(unstable.loc[ref, "sum"]) if ref in unstable.index else 0
-    mx_bad = int(unstable.drop(index=ref, errors="ignore")["sum"].sum())
+    unstable = instability_map(df, "label", None).set_index("label")
+    ref_bad = int(unstable.loc[ref, "n_unstable"]) if ref in unstable.index else 0
+    mx_bad = int(unstable.drop(index=ref, errors="ignore")["n_unstable"].sum())
     verdict = REPRODUCED if mx_bad > 0 and ref_bad == 0 else NOT
     doc.claim(spikes, verdict, spikes_rule, lm)
     doc.add(f"These models have N = {si(fin['N'].min())}–{si(fin['N'].max())} parameters.", "")
-    t = unstable.reset_index().rename(columns={"sum": "unstable", "size": "runs"})
+    t = unstable.reset_index()[["label", "n_unstable", "n"]].rename(
+        columns={"n_unstable": "unstable", "n": "runs"}
+    )
     doc.add(md_table(t), "")
     return deltas
 
