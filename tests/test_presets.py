@@ -51,6 +51,7 @@ TINY = {
     "lm_block_grads": [*TINY_LM, "sweep.seeds=[27]"],
     "lm_block_global": [*TINY_LM, "sweep.seeds=[33]"],
     "lm_block_e8m0": [*TINY_LM, "sweep.seeds=[39]"],
+    "lm_block_ceil": [*TINY_LM, "sweep.seeds=[45]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -182,6 +183,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_block_grads": (270, 0),  # bf16 + NVFP4 / UE5M3 at 16, gradients in FP4 or bf16, × 9 pairs × 27–32
     "lm_block_global": (324, 0),  # bf16, NVFP4, UE5M3 alone at 16, UE5M3 + per-tensor at 8/16/32, × 9 × 33–38
     "lm_block_e8m0": (270, 0),  # bf16, NVFP4, E2M1 under E8M0 at 8/16/32, × 9 pairs × seeds 39–44
+    "lm_block_ceil": (378, 0),  # bf16, E2M1 under E8M0 floor and ceil at 8/16/32, × 9 pairs × seeds 45–50
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -277,6 +279,7 @@ VARIANTS = {
     "lm_block_grads": "lm_format_error",
     "lm_block_global": "lm_format_error",
     "lm_block_e8m0": "lm_format_error",
+    "lm_block_ceil": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -587,6 +590,27 @@ def test_lm_block_e8m0_trains_mxfp4_at_each_block_size_under_the_floor_rule(tmp_
         "mxfp4_e2m1": {("fp4_e2m1", 32, "e8m0", "floor")},
     }
     assert set(seen) == {"bf16", "nvfp4", "mxfp4_e2m1_bs8", "mxfp4_e2m1_bs16", "mxfp4_e2m1"}
+
+
+def test_lm_block_ceil_trains_mxfp4_at_each_block_size_under_both_scale_rules(tmp_path):
+    """3.9's `mxfp4_e2m1*` runs quantize every role in E2M1 under E8M0 block scales at the block size the
+    name says, under the ceil rule where the name says so and OCP's floor rule otherwise."""
+    seen = {}
+    for r in _planned("lm_block_ceil", tmp_path):
+        policy = r.run.precision.policy()
+        specs = {
+            (s.elem.name, s.block_size, s.scale.name, s.scale_rule.value) for s in map(policy.spec, ROLES)
+        }
+        seen[r.run.logger.label] = specs
+    expected = {
+        f"mxfp4_e2m1{'_ceil' if rule == 'ceil' else ''}{'' if b == 32 else f'_bs{b}'}": {
+            ("fp4_e2m1", b, "e8m0", rule)
+        }
+        for rule in ("floor", "ceil")
+        for b in (8, 16, 32)
+    }
+    assert {k: v for k, v in seen.items() if k != "bf16"} == expected
+    assert set(seen) == {"bf16", *expected}
 
 
 def test_lm_block_grads_keeps_only_the_gradients_out_of_fp4(tmp_path):

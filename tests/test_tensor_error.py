@@ -51,9 +51,10 @@ def test_study_2s_inversion_sits_256x_lower_under_ue5m3_where_gradients_live():
     for block in (8, 16, 32):
         assert mse(block, "ue4m3") == (1.0, 1.0)  # all flushed
         assert mse(block, "ue5m3") == mse(block, "ue4m3", x=t * 256)
-    names = [m.name for m in te.FP4_BLOCKS]
-    assert len(set(names)) == len(names) == 15 and "fp4_e2m1-bs8-ue4m3-global" in names
-    assert "fp4_e2m1-ue5m3-global" in names
+    names = [m.name + "/" + m.rule for m in te.FP4_BLOCKS]
+    assert len(set(names)) == len(names) == 18 and "fp4_e2m1-bs8-ue4m3-global/floor" in names
+    assert {"mxfp4_e2m1-bs8/ceil", "mxfp4_e2m1-bs16/ceil", "fp4_e2m1/ceil"} <= set(names)
+    assert "fp4_e2m1-ue5m3-global/floor" in names
     assert te.Measured("fp4_e2m1", "ceil").name == "fp4_e2m1"  # MX blocks keep their keys (results 3.3)
 
 
