@@ -1201,10 +1201,11 @@ FAMILY_STYLES = {
     "UE5M3 alone": ("tab:red", "s"),
     "UE5M3 + per-tensor scale": ("tab:green", "^"),
     "E8M0 alone": ("tab:purple", "D"),
+    "E8M0 alone, ceil rule": ("tab:orange", "v"),
 }
 """(colour, marker) of each block-scale family the LM studies train, the same in every figure that
-compares them (results 3.5–3.8); another family takes a spare style."""
-_SPARE_STYLES = (("tab:orange", "v"), ("tab:brown", "P"), ("tab:gray", "X"), ("tab:olive", "*"))
+compares them (results 3.5–3.9); another family takes a spare style."""
+_SPARE_STYLES = (("tab:brown", "P"), ("tab:gray", "X"), ("tab:olive", "*"), ("tab:cyan", "h"))
 
 
 def block_size_training_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:

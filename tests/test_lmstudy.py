@@ -683,8 +683,9 @@ def test_block_geometry_resolves_recipes_and_records_without_the_per_tensor_scal
 
 def _block_section(sweep, spec, geometry, mse, seeds, flushed):
     """``section(offsets)``: the text of ``spec``'s section on a frame of bf16 and E2M1 in each geometry
-    (label → (block, scale, per-tensor scale)) with those loss offsets, whose bf16 run ``train.tensor_error``
-    measured with ``mse`` per geometry (every operand alike) and ``flushed``."""
+    (label → (block, scale, per-tensor scale[, scale rule: floor where left out])) with those loss
+    offsets, whose bf16 run ``train.tensor_error`` measured with ``mse`` per geometry (every operand
+    alike) and ``flushed`` (one value, or one per geometry)."""
     from analysis.results.common import Source, _Doc
     from analysis.results.preregistered import preregistered_section
     from records.precision import block_name
@@ -693,10 +694,12 @@ def _block_section(sweep, spec, geometry, mse, seeds, flushed):
     run = sweep / "bf16_0"
     run.mkdir(parents=True)
     row = {"step": 10}
-    for (block, scale, glob), m in zip(geometry.values(), mse, strict=True):
-        name = block_name("fp4_e2m1", block, scale, glob)  # train.tensor_error's keys
+    rules = {label: (*g, "floor")[3] for label, g in geometry.items()}
+    shares = flushed if isinstance(flushed, tuple) else (flushed,) * len(mse)
+    for (label, g), m, f in zip(geometry.items(), mse, shares, strict=True):
+        name = block_name("fp4_e2m1", *g[:3])  # train.tensor_error's keys
         for o in ("W", "X", "X_T", "dY", "dY_T"):
-            row |= {f"rel_mse/{o}/{name}/floor": m, f"flushed/{o}/{name}/floor": flushed}
+            row |= {f"rel_mse/{o}/{name}/{rules[label]}": m, f"flushed/{o}/{name}/{rules[label]}": f}
     (run / "tensor_error.jsonl").write_text(json.dumps(row) + "\n")
 
     def section(offsets, unstable=None):  # unstable: label → how many of its runs spiked for good
@@ -707,6 +710,7 @@ def _block_section(sweep, spec, geometry, mse, seeds, flushed):
             df.loc[df.index[df["sweep.precision"].eq(label)][:n], "unstable"] = True
         for key, col in enumerate(("precision.block_size", "precision.scale", "precision.global_scale")):
             df[col] = [geometry.get(x, (32, "e8m0", False))[key] for x in df["sweep.precision"]]
+        df["precision.scale_rule"] = [rules.get(x, "floor") for x in df["sweep.precision"]]
         src.df = df.assign(path=np.where(df["sweep.precision"].eq("bf16"), str(run), "nowhere"))
         doc = _Doc(sweep.parent / "docs" / "results.md")
         preregistered_section(doc, spec, src)
@@ -836,6 +840,45 @@ def test_block_e8m0_section_sets_the_flushed_share_against_the_mse(tmp_path):
     assert f"**{PARTIAL.capitalize()}.**" in text and "F2 did not" in text
     # the MSE was right, finer E8M0 blocks do not help: F1 fails, and with it the claim
     flat = {**as_predicted, "mxfp4_e2m1_bs8": 0.20, "mxfp4_e2m1_bs16": 0.20}
+    assert f"**{NOT.capitalize()}.**" in section(flat)
+
+
+def test_block_ceil_section_sets_the_rules_side_by_side_at_each_block_size(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED
+    from analysis.results.preregistered import BLOCK_CEIL
+
+    def label(rule, b):
+        return f"mxfp4_e2m1{'_ceil' if rule == 'ceil' else ''}{'' if b == 32 else f'_bs{b}'}"
+
+    geometry = {label(rule, b): (b, "e8m0", False, rule) for rule in ("floor", "ceil") for b in (8, 16, 32)}
+    # as measured before the sweep: floor's MSE flat, ceil's falling; ceil flushes more at every size
+    mse = (0.0163, 0.0159, 0.0159, 0.0124, 0.0135, 0.0148)
+    flushed = (0.093, 0.118, 0.144, 0.120, 0.150, 0.180)
+    section = _block_section(tmp_path / "bc", BLOCK_CEIL, geometry, mse, seeds=(45, 46, 47), flushed=flushed)
+    loss = (0.13, 0.13, 0.15, 0.18, 0.24, 0.33)  # floor 8/16/32, ceil 8/16/32
+    as_predicted = dict(zip(geometry, loss, strict=True))
+    text = section(as_predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "C1, C2, C3, C4 held." in text
+    assert "| C1 | mxfp4_e2m1_ceil worse than mxfp4_e2m1_ceil_bs8 | 1.19 |" in text  # 0.0148 / 0.0124
+    assert "| C4 | mxfp4_e2m1_ceil_bs8 worse than mxfp4_e2m1_bs8 | 0.76 |" in text  # the MSE says the reverse
+    c2 = next(line for line in text.splitlines() if line.startswith("| C2 |")).split(" | ")
+    assert float(c2[5].split(" ± ")[0]) == pytest.approx(0.13, abs=0.005)  # (0.33 − 0.18) − (0.15 − 0.13)
+    # both rules' families, floor first, each block size once; the ceil family in words
+    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| E8M0 alone")]
+    assert [(t[0][2:], t[1]) for t in table[:6]] == [
+        (family, str(b)) for family in ("E8M0 alone", "E8M0 alone, ceil rule") for b in (8, 16, 32)
+    ]
+    # the tensor table holds each rule's rows; ceil over floor is stated per block size
+    assert "mxfp4_e2m1-bs8: MSE ×0.76–0.76" in text and "flushed ×1.29–1.29" in text
+    assert "mxfp4_e2m1_ceil_bs8 over mxfp4_e2m1_bs8 on these tensors, operand by operand: MSE W ×0.76" in text
+    assert (tmp_path / "docs" / "figures" / "lm_block_ceil.png").exists()
+    # ceil stops at 16 as floor did: C3 fails, partially
+    text = section({**as_predicted, "mxfp4_e2m1_ceil_bs16": 0.18})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "C3 did not" in text
+    # at 8 the lower MSE wins: C4 fails, partially
+    assert "C4 did not" in section({**as_predicted, "mxfp4_e2m1_ceil_bs8": 0.10, "mxfp4_e2m1_ceil_bs16": 0.2})
+    # finer blocks do not help under ceil: C1 fails, and with it the claim
+    flat = {**as_predicted, "mxfp4_e2m1_ceil_bs8": 0.33, "mxfp4_e2m1_ceil_bs16": 0.33}
     assert f"**{NOT.capitalize()}.**" in section(flat)
 
 

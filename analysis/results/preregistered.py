@@ -295,6 +295,41 @@ BLOCK_E8M0 = Preregistered(
 )
 """3.8, as fixed in conf/experiment/lm_block_e8m0.yaml before it ran."""
 
+BLOCK_CEIL = Preregistered(
+    title="3.9 Without the floor rule's clamp, finer blocks help MXFP4 more (pre-registered)",
+    why=(
+        "In 3.8 finer E8M0 blocks helped MXFP4 (floor rule) from 32 to 16 and then stopped, and by a fifth "
+        "of the float-scale families' gain. Under floor a block's max lands in [4, 8) of E2M1's units and "
+        "clamps above 6; a smaller block has a larger share of maxima, so the clamp's error grows as the "
+        "block shrinks: the trained tensors' MSE does not fall from 32 to 8. Under ceil (the smallest "
+        "power of two that fits the max: it lands in (3, 6] and never clamps) finer blocks lower the MSE "
+        "and the flushed share both, while ceil flushes more than floor at every block size (its cost in "
+        "3.3 and 3.4). The hypothesis: without the clamp finer blocks help more and keep helping down to "
+        "8, and ceil's excess flushing still leaves it behind floor at 8, where its MSE is lower (the "
+        "ratios under the tensor table below). E2M1 under E8M0 in blocks of 8, 16 and 32 under both rules; "
+        "predictions read off the 216 bf16 runs' own tensors of 3.5–3.8. Tests as in 3.2."
+    ),
+    preset="lm_block_ceil",
+    predictions=(
+        Prediction("C1", "mxfp4_e2m1_ceil", "mxfp4_e2m1_ceil_bs8"),
+        Prediction("C2", "mxfp4_e2m1_ceil", "mxfp4_e2m1_ceil_bs8", minus=("mxfp4_e2m1", "mxfp4_e2m1_bs8")),
+        Prediction("C3", "mxfp4_e2m1_ceil_bs16", "mxfp4_e2m1_ceil_bs8"),
+        Prediction("C4", "mxfp4_e2m1_ceil_bs8", "mxfp4_e2m1_bs8"),
+        Prediction("ceil32", "mxfp4_e2m1_ceil", "mxfp4_e2m1", measured=True),
+        Prediction("finer", "mxfp4_e2m1_bs16", "mxfp4_e2m1_bs8", measured=True),
+    ),
+    decide=("C1", "C2", "C3", "C4"),
+    first="C1",
+    contrast="Measured beside them: ceil32, ceil's cost over floor at blocks of 32 (3.3's G4 and 3.4's S1 "
+    "on fresh seeds); finer, 3.8's step from 16 to 8 under floor on fresh seeds. C2 and C4 set the two "
+    "error indices against each other: from 32 to 8 ceil's MSE falls where floor's does not, and at 8 "
+    "ceil's MSE is the lower and its flushed share the higher.",
+    price="tensors",
+    figure="block_size",
+    compare=("mxfp4_e2m1_ceil_bs8", "mxfp4_e2m1_bs8"),
+)
+"""3.9, as fixed in conf/experiment/lm_block_ceil.yaml before it ran."""
+
 
 def _num(value: float, spec: str) -> str:
     """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
@@ -537,9 +572,14 @@ def _tensor_errors(doc: _Doc, src: Source, compare: tuple[str, str] | None = Non
                 for o in operands
                 if floor[f"flushed/{o}"] >= 0.005
             ]
-            gauss = format_error(f, scale_rule="ceil") / format_error(f, scale_rule="floor")
+            # the closed form prices MX blocks of 32 only (as the table's Gaussian column)
+            gauss = (
+                f" (Gaussian ×{format_error(f, scale_rule='ceil') / format_error(f, scale_rule='floor'):.3f})"
+                if f in ELEM_FORMATS
+                else ""
+            )
             lines.append(
-                f"{f}: MSE ×{min(mse):.2f}–{max(mse):.2f} (Gaussian ×{gauss:.3f})"
+                f"{f}: MSE ×{min(mse):.2f}–{max(mse):.2f}{gauss}"
                 + (f", flushed ×{min(flushed):.2f}–{max(flushed):.2f}" if flushed else ", flushed < 0.5 %")
             )
     doc.add(
@@ -677,9 +717,11 @@ def _block_size_figure(
 
 
 def _family(g: pd.Series) -> str:
-    """A block geometry's scale family in words (a row of ``lmstudy.block_geometry``)."""
+    """A block geometry's scale family in words (a row of ``lmstudy.block_geometry``), naming the scale
+    rule where it is not OCP's floor."""
     scale = str(g["scale"]).upper()
-    return f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
+    family = f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
+    return family if str(g["rule"]) == "floor" else f"{family}, {g['rule']} rule"
 
 
 def _family_deltas(df: pd.DataFrame, *, gradients: bool = False) -> tuple[str | None, pd.DataFrame]:
@@ -694,8 +736,11 @@ def _family_deltas(df: pd.DataFrame, *, gradients: bool = False) -> tuple[str | 
     if ref is None or geometry.empty:
         return ref, pd.DataFrame(columns=cols)
     deltas = lmstudy.deltas_vs_reference(df, reference=ref).set_index("label")
-    # families in one order whatever the labels: by scale format, each with its per-tensor scale first
-    geometry = geometry.sort_values(["scale", "global_scale"], ascending=[True, False], kind="stable")
+    # families in one order whatever the labels: by scale format, each with its per-tensor scale first,
+    # then OCP's floor rule before another
+    geometry = geometry.assign(other_rule=geometry["rule"].ne("floor")).sort_values(
+        ["scale", "global_scale", "other_rule"], ascending=[True, False, True], kind="stable"
+    )
     rows = [
         (_family(g), int(g["block_size"]), label, g["elem"], g["grads"])
         + (deltas.loc[label, "mean_over_seeds"], deltas.loc[label, "sd_over_seeds"])
@@ -775,5 +820,14 @@ FIGURES = {
 }
 """``Preregistered.figure`` → the section's Δ-vs-bf16 table and figure."""
 
-PREREGISTERED = (FORMAT_ERROR, SCALE_RULE, GRAD_SR, BLOCK_SCALE, BLOCK_GRADS, BLOCK_GLOBAL, BLOCK_E8M0)
+PREREGISTERED = (
+    FORMAT_ERROR,
+    SCALE_RULE,
+    GRAD_SR,
+    BLOCK_SCALE,
+    BLOCK_GRADS,
+    BLOCK_GLOBAL,
+    BLOCK_E8M0,
+    BLOCK_CEIL,
+)
 """The pre-registered sections, in the document's order."""
