@@ -1253,17 +1253,21 @@ def gradient_format_plot(points: pd.DataFrame, reference: str = "bf16") -> Figur
     ax = fig.subplots()
     families = list(dict.fromkeys(points["family"]))
     x = {f: i for i, f in enumerate(families)}
-    for k, (own, colour, marker) in enumerate(((True, "tab:red", "s"), (False, "tab:blue", "o"))):
+    kinds = [k for k in (True, False) if (points["own"] == k).any()]
+    for own, colour, marker in ((True, "tab:red", "s"), (False, "tab:blue", "o")):
         g = points[points["own"] == own]
         if g.empty:
             continue
         kept = " / ".join(dict.fromkeys(g["gradients"]))
         label = "gradients in " + ("the family's format" if own else kept)  # one entry per kind
-        xs = [x[f] + (k - 0.5) * 0.18 for f in g["family"]]
+        # the two kinds side by side at each family; one kind alone sits on the family's tick
+        shift = (kinds.index(own) - 0.5) * 0.18 if len(kinds) == 2 else 0.0
+        xs = [x[f] + shift for f in g["family"]]
         ax.errorbar(xs, g["mean"], yerr=g["sd"].fillna(0.0), fmt=marker, color=colour, ms=7, capsize=3,
                     label=label, zorder=3)  # fmt: skip
     if families:
-        ax.set_xticks(range(len(families)), families)
+        # "UE4M3 + per-tensor scale" on two lines: three families' names fit side by side
+        ax.set_xticks(range(len(families)), [f.replace(" + ", "\n+ ") for f in families])
         ax.set_xlim(-0.6, len(families) - 0.4)
         fig.legend(loc="outside right upper", fontsize=LM_FONT, frameon=False)
     else:
@@ -1275,5 +1279,10 @@ def gradient_format_plot(points: pd.DataFrame, reference: str = "bf16") -> Figur
     ax.set_ylabel(f"Δ final val loss vs {reference}\n(mean ± sd over seeds)", fontsize=LM_FONT + 1)
     ax.tick_params(labelsize=LM_FONT)
     ax.grid(alpha=0.3, axis="y")
-    ax.set_title("Where each scale family's cost lies: the gradients?", fontsize=LM_FONT + 1)
+    title = (
+        "Where each scale family's cost lies: the gradients?"
+        if len(kinds) != 1 or kinds[0]
+        else f"Each scale family with its gradients in {' / '.join(dict.fromkeys(points['gradients']))}"
+    )
+    ax.set_title(title, fontsize=LM_FONT + 1)
     return fig

@@ -325,7 +325,8 @@ def test_loss_vs_compute_takes_the_best_shape_per_seed():
 
 def assert_readable(fig: Figure) -> None:
     """Rendered: every visible text lies inside the figure (no clipped title or label), no font is
-    under 9 pt, and a figure legend overlaps no axes (it covers nothing)."""
+    under 9 pt, no two tick labels of an axis run into each other, and a figure legend overlaps no axes
+    (it covers nothing)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
@@ -338,6 +339,13 @@ def assert_readable(fig: Figure) -> None:
     for t in fig.findobj(Text):
         if t.get_visible() and t.get_text().strip():
             assert t.get_fontsize() >= 9, t
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels() if t.get_text().strip()]
+            for i, a in enumerate(boxes):
+                assert not any(a.overlaps(b) for b in boxes[i + 1 :]), [
+                    t.get_text() for t in axis.get_ticklabels()
+                ]
     for legend in fig.legends:
         for ax in fig.axes:
             assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
@@ -976,6 +984,59 @@ def test_block_grads_section_splits_each_family_by_its_gradients(tmp_path):
     assert f"**{NOT.capitalize()}.**" in section({**as_predicted, "ue5m3_bs16_bf16g": 0.55})
 
 
+def test_block_grads_fresh_section_replicates_d3_beside_the_seeds_it_failed_on(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.preregistered import BLOCK_GRADS_FRESH, preregistered_section
+
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    geometry = {"nvfp4_bf16g": ("ue4m3", True), "ue5m3_bs16_bf16g": ("ue5m3", False),
+                "ue5m3_global_bs16_bf16g": ("ue5m3", True)}  # fmt: skip
+
+    def source(preset, seeds, offsets):  # bf16 and the geometries ``offsets`` names, gradients in bf16
+        src = Source(preset, f"python launch.py -m experiment={preset}", tmp_path / preset)
+        formats = {"bf16": FORMATS["bf16"], **dict.fromkeys(offsets, e2m1)}
+        df = frame(formats=formats, seeds=seeds, offsets=offsets, rng_seed=seeds[0])
+        df["precision.block_size"] = [16 if x in geometry else 32 for x in df["sweep.precision"]]
+        df["precision.scale"] = [geometry.get(x, ("e8m0",))[0] for x in df["sweep.precision"]]
+        df["precision.global_scale"] = [geometry.get(x, (0, False))[1] for x in df["sweep.precision"]]
+        df["precision.g_dgrad"] = [None if x == "bf16" else "bf16" for x in df["sweep.precision"]]
+        src.df = df
+        return src
+
+    # 3.6's seeds: UE5M3 alone 0.03 above NVFP4, and no run under a per-tensor scale
+    old = source("lm_block_grads", (27, 28, 29), {"nvfp4_bf16g": 0.05, "ue5m3_bs16_bf16g": 0.08})
+
+    def section(offsets):
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        preregistered_section(
+            doc, BLOCK_GRADS_FRESH, source("lm_block_grads_fresh", (51, 52, 53), offsets), old
+        )
+        return "\n".join(doc.lines)
+
+    alike = dict.fromkeys(geometry, 0.05)
+    text = section(alike)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "R1, R2 held." in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith(("| R1 |", "| R2 |"))]
+    # R1 on both samples (the exploratory one fails it), R2 on the fresh seeds only
+    assert [(r[0], r[3], r[-1]) for r in rows] == [
+        ("| R1", "lm_block_grads (seeds 27–29)", "no |"),
+        ("| R1", "lm_block_grads_fresh (seeds 51–53)", "yes |"),
+        ("| R2", "lm_block_grads_fresh (seeds 51–53)", "yes |"),
+    ]
+    assert "partially when some do; not when none does" in text  # no prediction must hold first
+    table = [line.split(" | ")[:4] for line in text.splitlines() if line.startswith(("| UE4M3", "| UE5M3"))]
+    assert [(r[0][2:], r[2], r[3]) for r in table] == [
+        ("UE4M3 + per-tensor scale", "nvfp4_bf16g", "bf16"),
+        ("UE5M3 + per-tensor scale", "ue5m3_global_bs16_bf16g", "bf16"),
+        ("UE5M3 alone", "ue5m3_bs16_bf16g", "bf16"),
+    ]
+    assert (tmp_path / "docs" / "figures" / "lm_block_grads_fresh.png").exists()
+    # the residual is real: R1 fails again, R2 holds → partially; both fail → not
+    text = section({**alike, "ue5m3_bs16_bf16g": 0.08})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "R1 did not" in text
+    assert f"**{NOT.capitalize()}.**" in section({**alike, "nvfp4_bf16g": 0.0})
+
+
 def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():
     pts = pd.DataFrame(
         [("UE4M3 + per-tensor scale", "fp4_e2m1 (the family's)", True, 0.1, 0.01),
@@ -986,11 +1047,22 @@ def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradien
     )  # fmt: skip
     fig = plots.gradient_format_plot(pts)
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["UE4M3 + per-tensor scale", "UE5M3 alone"]
+    ticks = [t.get_text().replace("\n", " ") for t in ax.get_xticklabels()]  # long names on two lines
+    assert ticks == ["UE4M3 + per-tensor scale", "UE5M3 alone"]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == ["gradients in the family's format", "gradients in bf16"]
     ys = [list(c.lines[0].get_ydata()) for c in ax.containers]
     assert ys == [[0.1, 0.55], [0.05, 0.05]]
+    assert_readable(fig)
+    # three families with their gradients in bf16 alone (results 3.10): centred, labels that fit
+    means = {"UE4M3 + per-tensor scale": 0.05, "UE5M3 + per-tensor scale": 0.05, "UE5M3 alone": 0.06}
+    kept = pd.DataFrame(
+        [(f, "bf16", False, m, 0.005) for f, m in means.items()],
+        columns=["family", "gradients", "own", "mean", "sd"],
+    )
+    fig = plots.gradient_format_plot(kept)
+    assert list(fig.axes[0].containers[0].lines[0].get_xdata()) == [0, 1, 2]
+    assert "in bf16" in fig.axes[0].get_title()
     assert_readable(fig)
     empty = plots.gradient_format_plot(pts.iloc[:0])
     assert "no block formats" in empty.axes[0].texts[0].get_text()

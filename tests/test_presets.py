@@ -52,6 +52,7 @@ TINY = {
     "lm_block_global": [*TINY_LM, "sweep.seeds=[33]"],
     "lm_block_e8m0": [*TINY_LM, "sweep.seeds=[39]"],
     "lm_block_ceil": [*TINY_LM, "sweep.seeds=[45]"],
+    "lm_block_grads_fresh": [*TINY_LM, "sweep.seeds=[51]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -184,6 +185,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_block_global": (324, 0),  # bf16, NVFP4, UE5M3 alone at 16, UE5M3 + per-tensor at 8/16/32, × 9 × 33–38
     "lm_block_e8m0": (270, 0),  # bf16, NVFP4, E2M1 under E8M0 at 8/16/32, × 9 pairs × seeds 39–44
     "lm_block_ceil": (378, 0),  # bf16, E2M1 under E8M0 floor and ceil at 8/16/32, × 9 pairs × seeds 45–50
+    "lm_block_grads_fresh": (216, 0),  # bf16 and three FP4 families with bf16 gradients, × 9 × seeds 51–56
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -280,6 +282,7 @@ VARIANTS = {
     "lm_block_global": "lm_format_error",
     "lm_block_e8m0": "lm_format_error",
     "lm_block_ceil": "lm_format_error",
+    "lm_block_grads_fresh": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -629,3 +632,24 @@ def test_lm_block_grads_keeps_only_the_gradients_out_of_fp4(tmp_path):
         assert seen[f"{name}_bf16g"][:2] == (spec,) * 2
         assert [s[0] for s in seen[f"{name}_bf16g"][2:]] == ["bf16", "bf16"]
     assert set(seen) == {"bf16", *fp4, *(f"{n}_bf16g" for n in fp4)}
+
+
+def test_lm_block_grads_fresh_keeps_the_gradients_of_each_family_in_bf16(tmp_path):
+    """3.10's runs are 3.6's `_bf16g` pair again, plus UE5M3 under NVFP4's per-tensor scale: weights and
+    saved activations in FP4 under the family's block scale, the incoming gradient in bf16."""
+    seen = {}
+    for r in _planned("lm_block_grads_fresh", tmp_path):
+        policy = r.run.precision.policy()
+        seen[r.run.logger.label] = tuple(
+            (policy.spec(role).elem.name, policy.spec(role).block_size, policy.spec(role).scale.name,
+             policy.spec(role).global_scale)
+            for role in ("w", "a", "w_bwd", "a_bwd")
+        ), {policy.spec(role).elem.name for role in ("g_dgrad", "g_wgrad")}  # fmt: skip
+    families = {
+        "nvfp4_bf16g": ("fp4_e2m1", 16, "ue4m3", True),
+        "ue5m3_bs16_bf16g": ("fp4_e2m1", 16, "ue5m3", False),
+        "ue5m3_global_bs16_bf16g": ("fp4_e2m1", 16, "ue5m3", True),
+    }
+    assert {k: v for k, v in seen.items() if k != "bf16"} == {
+        name: ((spec,) * 4, {"bf16"}) for name, spec in families.items()
+    }
