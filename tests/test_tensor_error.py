@@ -23,15 +23,31 @@ def test_ceil_flushes_what_floor_keeps_in_a_narrow_format():
     # 0.1/0.25 = 0.4 rounds to the subnormal 0.5 (kept). Ceil: scale 0.5 (≥ 1.6/6), 0.1/0.5 = 0.2 rounds
     # to 0: all 31 flushed, and its error is larger although its max no longer clamps.
     t = torch.tensor([[1.6] + [0.1] * 31])
-    mse_floor, flushed_floor = te.errors(t, te.Measured("fp4_e2m1", "floor"))
-    mse_ceil, flushed_ceil = te.errors(t, te.Measured("fp4_e2m1", "ceil"))
+    mse_floor, flushed_floor, norm_floor = te.errors(t, te.Measured("fp4_e2m1", "floor"))
+    mse_ceil, flushed_ceil, norm_ceil = te.errors(t, te.Measured("fp4_e2m1", "ceil"))
     assert flushed_floor == 0.0 and flushed_ceil == pytest.approx(31 / 32)
     energy = 1.6**2 + 31 * 0.01
     assert mse_floor == pytest.approx((0.1**2 + 31 * 0.025**2) / energy)
     assert mse_ceil == pytest.approx((0.1**2 + 31 * 0.1**2) / energy)
+    # the norm: floor keeps 1.5 and 31 × 0.125 (rounded up), ceil 1.5 (3.2 units → 3) and nothing else
+    assert norm_floor == pytest.approx(((1.5**2 + 31 * 0.125**2) / energy) ** 0.5)
+    assert norm_ceil == pytest.approx((1.5**2 / energy) ** 0.5)
     # E4M3 has the range: nothing flushed under either rule, and ceil removes the clamp's error
     assert te.errors(t, te.Measured("fp8_e4m3", "ceil"))[1] == 0.0 == te.errors(t, te.Measured("fp8_e4m3"))[1]
     assert all(math.isnan(v) for v in te.errors(torch.zeros(2, 32), te.Measured("fp4_e2m1")))
+
+
+def test_the_floor_rules_clamp_shrinks_a_tensor_more_in_smaller_blocks():
+    # Gaussian blocks under E8M0: floor puts a block's max in [4, 8) of E2M1's units and clamps what lies
+    # above 6, so the tensor shrinks, the more the more maxima (smaller blocks); ceil never clamps, and
+    # rounding to nearest keeps the norm to within its flushed values
+    t = torch.randn(256, 256, generator=torch.Generator().manual_seed(1))
+
+    def norm(rule, block):
+        return te.errors(t, te.Measured("fp4_e2m1", rule, block))[2]
+
+    assert norm("floor", 8) < norm("floor", 16) < norm("floor", 32) < 0.99
+    assert all(abs(norm("ceil", b) - 1) < 0.01 for b in (8, 16, 32))
 
 
 def test_study_2s_inversion_sits_256x_lower_under_ue5m3_where_gradients_live():
@@ -49,7 +65,7 @@ def test_study_2s_inversion_sits_256x_lower_under_ue5m3_where_gradients_live():
     assert mse(8, "ue4m3", True)[0] < mse(16, "ue4m3", True)[0] < mse(32, "ue4m3", True)[0]
     assert mse(8, "ue4m3", True)[0] < mse(8, "ue5m3")[0] / 2
     for block in (8, 16, 32):
-        assert mse(block, "ue4m3") == (1.0, 1.0)  # all flushed
+        assert mse(block, "ue4m3") == (1.0, 1.0, 0.0)  # all flushed
         assert mse(block, "ue5m3") == mse(block, "ue4m3", x=t * 256)
     names = [m.name + "/" + m.rule for m in te.FP4_BLOCKS]
     assert len(set(names)) == len(names) == 18 and "fp4_e2m1-bs8-ue4m3-global/floor" in names
@@ -68,7 +84,7 @@ def test_probe_on_a_tiny_lm_run_and_the_table_from_its_rows(tmp_path):
     assert [f.parent.name.split("_C")[0] for f in files] == ["bf16"]
     (row,) = read_metrics(files[0])
     keys = [k for k in row if k != "step"]
-    assert len(keys) == 2 * 5 * len(te.MX)  # 2 metrics × 5 operands × 10 (format, rule)
+    assert len(keys) == 3 * 5 * len(te.MX)  # 3 metrics × 5 operands × 10 (format, rule)
     assert all(np.isfinite(row[k]) for k in keys)
     for o in ("W", "X", "X_T", "dY", "dY_T"):  # 2 mantissa bits lose more than 3, whatever the tensor
         assert row[f"rel_mse/{o}/fp8_e5m2/floor"] > row[f"rel_mse/{o}/fp8_e4m3/ceil"]
@@ -77,7 +93,7 @@ def test_probe_on_a_tiny_lm_run_and_the_table_from_its_rows(tmp_path):
     assert te.main([str(out), "--formats", "fp4_blocks"]) == 0
     (both,) = read_metrics(files[0])
     assert {k: both[k] for k in row} == row
-    assert len(both) - 1 == 2 * 5 * len({m.name + m.rule for m in (*te.MX, *te.FP4_BLOCKS)})
+    assert len(both) - 1 == 3 * 5 * len({m.name + m.rule for m in (*te.MX, *te.FP4_BLOCKS)})
     # a tiny LM's gradients are small: UE4M3 alone flushes far more of them than under a per-tensor scale
     assert both["flushed/dY/fp4_e2m1-ue4m3/floor"] > 2 * both["flushed/dY/fp4_e2m1-ue4m3-global/floor"]
     table = lmstudy.tensor_error_table(pd.DataFrame([row, row]))

@@ -20,15 +20,18 @@ of study 2),
 
     rel_mse = ‖Q(t) − t‖² / ‖t‖²     (Q: ``quant.quantize``, round to nearest even)
     flushed = #{t ≠ 0 : Q(t) = 0} / #{t ≠ 0}
+    norm    = ‖Q(t)‖ / ‖t‖
 
 The first is the tensor's own relative MSE (the Gaussian one where t's blocks are Gaussian). The
 second counts values lost outright: a block whose max sits far above its other values leaves them
 below the element grid's smallest subnormal, where they round to 0 — more of them in a narrow-range
 format (E2M1, E2M3), and more under the ceil rule, which gives up up to one binade of range so that the
-max never clamps. One row, each metric averaged over the model's Linears (keys
-``<metric>/<operand>/<format>/<rule>``, the metrics.jsonl convention), goes to
-``<run>/tensor_error.jsonl``, written atomically; a call replaces its set's keys and keeps the other
-set's (measured at the same checkpoint); ``analysis`` reads it.
+max never clamps. The third is the quantizer's bias in size, which the MSE does not sign: rounding to
+nearest keeps a tensor's norm, clamping shrinks it (under the floor rule a block max in E2M1's
+[6, 8) clamps to 6, and a small block has more maxima), and so does flushing. One row, each metric
+averaged over the model's Linears (keys ``<metric>/<operand>/<format>/<rule>``, the metrics.jsonl
+convention), goes to ``<run>/tensor_error.jsonl``, written atomically; a call replaces its set's keys
+and keeps the other set's (measured at the same checkpoint); ``analysis`` reads it.
 
 Study 2's inversion lives in the gradients here: a loss averaged over thousands of tokens gives dY
 an rms of 1e-5–1e-4, below the range of UE4M3 scales (all of dY flushes without NVFP4's per-tensor
@@ -99,13 +102,17 @@ SETS = {"mx": MX, "fp4_blocks": FP4_BLOCKS}
 """The sets ``--formats`` names; each call adds its set's keys to the run's row."""
 
 
-def errors(t: torch.Tensor, m: Measured) -> tuple[float, float]:
-    """(rel_mse, flushed) of ``t`` quantized as ``m`` says along its last axis, rounding to nearest
-    (see the module docstring); NaN for an all-zero tensor."""
+METRICS = ("rel_mse", "flushed", "norm")
+"""What ``errors`` returns, in order: the ``<metric>`` part of the row's keys."""
+
+
+def errors(t: torch.Tensor, m: Measured) -> tuple[float, float, float]:
+    """(rel_mse, flushed, norm) of ``t`` quantized as ``m`` says along its last axis, rounding to
+    nearest (see the module docstring); NaN for an all-zero tensor."""
     t = t.detach().float().reshape(-1, t.shape[-1])
     energy, nonzero = float(t.square().sum()), t != 0
     if energy == 0.0:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), float("nan")
     q = quant.quantize(
         t.contiguous(),
         m.elem,
@@ -115,7 +122,7 @@ def errors(t: torch.Tensor, m: Measured) -> tuple[float, float]:
         global_scale=m.global_scale,
     )
     flushed = float(((q == 0) & nonzero).sum()) / float(nonzero.sum())
-    return float((q - t).square().sum()) / energy, flushed
+    return float((q - t).square().sum()) / energy, flushed, (float(q.square().sum()) / energy) ** 0.5
 
 
 def operands(model: nn.Module, task: Any, step: int) -> dict[str, dict[str, torch.Tensor]]:
@@ -157,7 +164,7 @@ def tensor_errors(run_dir: str | Path, formats: tuple[Measured, ...] = MX) -> di
     for tensors in operands(model, task, step).values():
         for role, t in tensors.items():
             for m in formats:
-                for metric, value in zip(("rel_mse", "flushed"), errors(t, m), strict=True):
+                for metric, value in zip(METRICS, errors(t, m), strict=True):
                     found.setdefault(m.key(metric, role), []).append(value)
     earlier = read_metrics(run_dir / TENSOR_ERROR) if (run_dir / TENSOR_ERROR).exists() else []
     kept = earlier[-1] if earlier and earlier[-1].get("step") == step else {}
