@@ -546,6 +546,21 @@ def _planned(preset: str, tmp_path):
     return expand(to_run_config(cfg), sweep, budget, tmp_path)
 
 
+def _role_specs(preset: str, tmp_path, key, roles=ROLES) -> dict[str, set]:
+    """label → {``key(spec)`` for each of ``roles``} of the runs ``experiment=<preset>`` plans: a
+    one-element set where every role trains alike."""
+    seen: dict[str, set] = {}
+    for r in _planned(preset, tmp_path):
+        policy = r.run.precision.policy()
+        seen.setdefault(r.run.logger.label, set()).update(key(policy.spec(role)) for role in roles)
+    return seen
+
+
+def _geometry(s) -> tuple:
+    """A spec's block geometry: element format, block size, scale format and rule, per-tensor scale."""
+    return s.elem.name, s.block_size, s.scale.name, s.scale_rule.value, s.global_scale
+
+
 def test_lm_block_scale_trains_the_geometry_each_name_says(tmp_path):
     """3.5's names are its claims: blocks of 8/16/32 under UE4M3 with NVFP4's per-tensor scale, and under
     UE5M3 alone, in every role a step quantizes (the gradients above all)."""
@@ -564,33 +579,22 @@ def test_lm_block_scale_trains_the_geometry_each_name_says(tmp_path):
 def test_lm_block_global_puts_ue5m3_under_a_per_tensor_scale_in_every_role(tmp_path):
     """3.7's `ue5m3_global` runs quantize every role (the gradients above all) in E2M1 under UE5M3 block
     scales and NVFP4's per-tensor scale, at the block size the name says; its references are as in 3.5."""
-    seen = {}
-    for r in _planned("lm_block_global", tmp_path):
-        policy = r.run.precision.policy()
-        specs = {(s.elem.name, s.block_size, s.scale.name, s.global_scale) for s in map(policy.spec, ROLES)}
-        seen[r.run.logger.label] = specs
-    assert seen == {
-        "bf16": {("bf16", None, "e8m0", False)},
-        "nvfp4": {("fp4_e2m1", 16, "ue4m3", True)},
-        "ue5m3_bs16": {("fp4_e2m1", 16, "ue5m3", False)},
-        **{f"ue5m3_global_bs{b}": {("fp4_e2m1", b, "ue5m3", True)} for b in (8, 16, 32)},
+    assert _role_specs("lm_block_global", tmp_path, _geometry) == {
+        "bf16": {("bf16", None, "e8m0", "floor", False)},
+        "nvfp4": {("fp4_e2m1", 16, "ue4m3", "floor", True)},
+        "ue5m3_bs16": {("fp4_e2m1", 16, "ue5m3", "floor", False)},
+        **{f"ue5m3_global_bs{b}": {("fp4_e2m1", b, "ue5m3", "floor", True)} for b in (8, 16, 32)},
     }
 
 
 def test_lm_block_e8m0_trains_mxfp4_at_each_block_size_under_the_floor_rule(tmp_path):
     """3.8's `mxfp4_e2m1*` runs quantize every role in E2M1 under E8M0 block scales (OCP's floor rule)
     at the block size the name says; NVFP4 is the float-scale reference."""
-    seen = {}
-    for r in _planned("lm_block_e8m0", tmp_path):
-        policy = r.run.precision.policy()
-        specs = {
-            (s.elem.name, s.block_size, s.scale.name, s.scale_rule.value) for s in map(policy.spec, ROLES)
-        }
-        seen[r.run.logger.label] = specs
+    seen = _role_specs("lm_block_e8m0", tmp_path, _geometry)
     assert {k: v for k, v in seen.items() if k.startswith("mxfp4")} == {
-        "mxfp4_e2m1_bs8": {("fp4_e2m1", 8, "e8m0", "floor")},
-        "mxfp4_e2m1_bs16": {("fp4_e2m1", 16, "e8m0", "floor")},
-        "mxfp4_e2m1": {("fp4_e2m1", 32, "e8m0", "floor")},
+        "mxfp4_e2m1_bs8": {("fp4_e2m1", 8, "e8m0", "floor", False)},
+        "mxfp4_e2m1_bs16": {("fp4_e2m1", 16, "e8m0", "floor", False)},
+        "mxfp4_e2m1": {("fp4_e2m1", 32, "e8m0", "floor", False)},
     }
     assert set(seen) == {"bf16", "nvfp4", "mxfp4_e2m1_bs8", "mxfp4_e2m1_bs16", "mxfp4_e2m1"}
 
@@ -598,16 +602,10 @@ def test_lm_block_e8m0_trains_mxfp4_at_each_block_size_under_the_floor_rule(tmp_
 def test_lm_block_ceil_trains_mxfp4_at_each_block_size_under_both_scale_rules(tmp_path):
     """3.9's `mxfp4_e2m1*` runs quantize every role in E2M1 under E8M0 block scales at the block size the
     name says, under the ceil rule where the name says so and OCP's floor rule otherwise."""
-    seen = {}
-    for r in _planned("lm_block_ceil", tmp_path):
-        policy = r.run.precision.policy()
-        specs = {
-            (s.elem.name, s.block_size, s.scale.name, s.scale_rule.value) for s in map(policy.spec, ROLES)
-        }
-        seen[r.run.logger.label] = specs
+    seen = _role_specs("lm_block_ceil", tmp_path, _geometry)
     expected = {
         f"mxfp4_e2m1{'_ceil' if rule == 'ceil' else ''}{'' if b == 32 else f'_bs{b}'}": {
-            ("fp4_e2m1", b, "e8m0", rule)
+            ("fp4_e2m1", b, "e8m0", rule, False)
         }
         for rule in ("floor", "ceil")
         for b in (8, 16, 32)
@@ -637,19 +635,12 @@ def test_lm_block_grads_keeps_only_the_gradients_out_of_fp4(tmp_path):
 def test_lm_block_grads_fresh_keeps_the_gradients_of_each_family_in_bf16(tmp_path):
     """3.10's runs are 3.6's `_bf16g` pair again, plus UE5M3 under NVFP4's per-tensor scale: weights and
     saved activations in FP4 under the family's block scale, the incoming gradient in bf16."""
-    seen = {}
-    for r in _planned("lm_block_grads_fresh", tmp_path):
-        policy = r.run.precision.policy()
-        seen[r.run.logger.label] = tuple(
-            (policy.spec(role).elem.name, policy.spec(role).block_size, policy.spec(role).scale.name,
-             policy.spec(role).global_scale)
-            for role in ("w", "a", "w_bwd", "a_bwd")
-        ), {policy.spec(role).elem.name for role in ("g_dgrad", "g_wgrad")}  # fmt: skip
+    weights = _role_specs("lm_block_grads_fresh", tmp_path, _geometry, ("w", "a", "w_bwd", "a_bwd"))
+    grads = _role_specs("lm_block_grads_fresh", tmp_path, lambda s: s.elem.name, ("g_dgrad", "g_wgrad"))
     families = {
-        "nvfp4_bf16g": ("fp4_e2m1", 16, "ue4m3", True),
-        "ue5m3_bs16_bf16g": ("fp4_e2m1", 16, "ue5m3", False),
-        "ue5m3_global_bs16_bf16g": ("fp4_e2m1", 16, "ue5m3", True),
+        "nvfp4_bf16g": ("fp4_e2m1", 16, "ue4m3", "floor", True),
+        "ue5m3_bs16_bf16g": ("fp4_e2m1", 16, "ue5m3", "floor", False),
+        "ue5m3_global_bs16_bf16g": ("fp4_e2m1", 16, "ue5m3", "floor", True),
     }
-    assert {k: v for k, v in seen.items() if k != "bf16"} == {
-        name: ((spec,) * 4, {"bf16"}) for name, spec in families.items()
-    }
+    assert {k: v for k, v in weights.items() if k != "bf16"} == {name: {g} for name, g in families.items()}
+    assert grads == dict.fromkeys(["bf16", *families], {"bf16"})
