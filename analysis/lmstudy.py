@@ -571,8 +571,9 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
     """One row per label of a plain block format (W = A, not a hybrid) as trained: elem, block_size,
     scale, global_scale, rule (its E8M0 or float scales' rounding rule) and ``name``, the geometry's
     ``records.precision.block_name`` (``train.tensor_error``'s keys); a recipe (``nvfp4``) by its own
-    geometry, a record written before ``precision.global_scale`` existed as without one, and ``grads``,
-    the incoming gradient's format (the element format where the run left it to W's). With
+    geometry, a record written before ``precision.global_scale`` existed as without one, ``grads``,
+    the incoming gradient's format (the element format where the run left it to W's), and
+    ``grad_rounding``, how the gradients were rounded (None: as every role, to nearest). With
     ``gradients``, also the labels that differ from a plain one only in keeping the gradients in high
     precision. Indexed by label, in display order."""
     from quant.formats import ELEM_FORMATS, RECIPES, ElemKind
@@ -615,9 +616,10 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
                 "label": str(label),
                 **dict(zip(cols, (*geometry, str(rule), block_name(*geometry)), strict=True)),
                 "grads": str(r["grads"]) if own_grads else elem,
+                "grad_rounding": setting("grad_rounding"),
             }
         )
-    return pd.DataFrame(rows, columns=["label", *cols, "grads"]).set_index("label")
+    return pd.DataFrame(rows, columns=["label", *cols, "grads", "grad_rounding"]).set_index("label")
 
 
 def bit_ordering(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

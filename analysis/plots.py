@@ -1243,46 +1243,62 @@ def block_size_training_plot(points: pd.DataFrame, reference: str = "bf16") -> F
     return fig
 
 
-def gradient_format_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
+def gradient_format_plot(
+    points: pd.DataFrame,
+    reference: str = "bf16",
+    *,
+    kinds: tuple[str, str] | None = None,
+    title: str | None = None,
+    xlabel: str = "FP4 E2M1 block-scale family",
+) -> Figure:
     """Where a block-scale family's cost lies: Δ final val loss vs ``reference`` (mean ± sd over seeds)
     of each family (x, as first met) with its incoming gradient in the family's own format and kept in
     high precision, side by side in one colour each (``points``: family, gradients, own, mean, sd).
     A family whose two points part widely pays in its gradients; two families that meet once the
-    gradients are out differ only there."""
+    gradients are out differ only there. ``kinds`` names the two kinds of point in the legend (own,
+    other) where they are not the gradients' formats (e.g. rounded to nearest or stochastically), with
+    the ``title`` and ``xlabel`` that go with them."""
     fig = Figure(figsize=(6.8, 4.2), layout="constrained")
     ax = fig.subplots()
     families = list(dict.fromkeys(points["family"]))
     x = {f: i for i, f in enumerate(families)}
-    kinds = [k for k in (True, False) if (points["own"] == k).any()]
+    present = [k for k in (True, False) if (points["own"] == k).any()]
     for own, colour, marker in ((True, "tab:red", "s"), (False, "tab:blue", "o")):
         g = points[points["own"] == own]
         if g.empty:
             continue
         kept = " / ".join(dict.fromkeys(g["gradients"]))
-        label = "gradients in " + ("the family's format" if own else kept)  # one entry per kind
+        if kinds is not None:
+            label = kinds[0] if own else kinds[1]
+        else:
+            label = "gradients in " + ("the family's format" if own else kept)  # one entry per kind
         # the two kinds side by side at each family; one kind alone sits on the family's tick
-        shift = (kinds.index(own) - 0.5) * 0.18 if len(kinds) == 2 else 0.0
+        shift = (present.index(own) - 0.5) * 0.18 if len(present) == 2 else 0.0
         xs = [x[f] + shift for f in g["family"]]
         ax.errorbar(xs, g["mean"], yerr=g["sd"].fillna(0.0), fmt=marker, color=colour, ms=7, capsize=3,
                     label=label, zorder=3)  # fmt: skip
     if families:
-        # "UE4M3 + per-tensor scale" on two lines: three families' names fit side by side
-        ax.set_xticks(range(len(families)), [f.replace(" + ", "\n+ ") for f in families])
+        # "UE4M3 + per-tensor scale" and "E8M0 alone, ceil rule" on two lines: three to four families'
+        # names fit side by side
+        ticks = [f.replace(" + ", "\n+ ").replace(", ", ",\n") for f in families]
+        ax.set_xticks(range(len(families)), ticks)
         ax.set_xlim(-0.6, len(families) - 0.4)
-        fig.legend(loc="outside right upper", fontsize=LM_FONT, frameon=False)
+        # below the axes, side by side: a legend at the right meets a long title
+        fig.legend(loc="outside lower center", ncols=len(present), fontsize=LM_FONT, frameon=False)
     else:
         ax.text(
             0.5, 0.5, "no block formats with matched runs", ha="center", va="center", transform=ax.transAxes
         )
     ax.axhline(0.0, color="0.5", lw=0.8, zorder=1)
-    ax.set_xlabel("FP4 E2M1 block-scale family", fontsize=LM_FONT + 1)
+    ax.set_xlabel(xlabel, fontsize=LM_FONT + 1)
     ax.set_ylabel(f"Δ final val loss vs {reference}\n(mean ± sd over seeds)", fontsize=LM_FONT + 1)
     ax.tick_params(labelsize=LM_FONT)
     ax.grid(alpha=0.3, axis="y")
-    title = (
-        "Where each scale family's cost lies: the gradients?"
-        if len(kinds) != 1 or kinds[0]
-        else f"Each scale family with its gradients in {' / '.join(dict.fromkeys(points['gradients']))}"
-    )
+    if title is None:
+        title = (
+            "Where each scale family's cost lies: the gradients?"
+            if len(present) != 1 or present[0]
+            else f"Each scale family with its gradients in {' / '.join(dict.fromkeys(points['gradients']))}"
+        )
     ax.set_title(title, fontsize=LM_FONT + 1)
     return fig

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -348,7 +349,9 @@ def assert_readable(fig: Figure) -> None:
                 ]
     for legend in fig.legends:
         for ax in fig.axes:
-            assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+            box = legend.get_window_extent(renderer)
+            assert not box.overlaps(ax.get_window_extent(renderer))
+            assert not box.overlaps(ax.title.get_window_extent(renderer)), ax.get_title()  # nor a title
 
 
 def test_loss_vs_compute_plot_draws_every_precision_and_its_law(law_fit):
@@ -1037,6 +1040,56 @@ def test_block_grads_fresh_section_replicates_d3_beside_the_seeds_it_failed_on(t
     assert f"**{NOT.capitalize()}.**" in section({**alike, "nvfp4_bf16g": 0.0})
 
 
+def test_grad_sr_recipes_section_splits_each_format_by_its_gradients_rounding(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.preregistered import GRAD_SR_RECIPES, preregistered_section
+
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    nvfp4 = ("nvfp4", "nvfp4", False, 1.0)
+    formats = {"bf16": FORMATS["bf16"], "nvfp4": nvfp4, "nvfp4_sr": nvfp4, "mxfp4_e2m1_ceil_sr": e2m1,
+               "mxfp4_e2m1_ceil_bs8": e2m1, "mxfp4_e2m1_ceil_bs8_sr": e2m1}  # fmt: skip
+
+    def section(offsets):
+        src = Source(
+            "lm_grad_sr_recipes", "python launch.py -m experiment=lm_grad_sr_recipes", tmp_path / "r"
+        )
+        df = frame(formats=formats, seeds=(57, 58, 59), offsets=offsets, rng_seed=57)
+        name = df["sweep.precision"]
+        src.df = df.assign(**{
+            "precision.block_size": np.where(name.str.contains("bs8"), 8, 32),
+            "precision.scale_rule": np.where(name.str.contains("ceil"), "ceil", "floor"),
+            "precision.grad_rounding": np.where(name.str.endswith("_sr"), "stochastic", None),
+        })  # fmt: skip
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        preregistered_section(doc, GRAD_SR_RECIPES, src)
+        return "\n".join(doc.lines)
+
+    # as predicted: SR removes ceil's cost at 32 and costs NVFP4 and ceil at 8
+    predicted = {"nvfp4": 0.10, "nvfp4_sr": 0.12, "mxfp4_e2m1_ceil_sr": 0.07,
+                 "mxfp4_e2m1_ceil_bs8": 0.12, "mxfp4_e2m1_ceil_bs8_sr": 0.14}  # fmt: skip
+    text = section(predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "T1, T2, T3 held." in text
+    # each format by its family and block size, coarsest first, rounded to nearest before stochastically
+    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith(("| E8M0", "| UE4M3"))]
+    assert [(r[0][2:], r[1], r[2]) for r in table] == [
+        ("E8M0 alone, ceil rule, blocks of 32", "mxfp4_e2m1_ceil_sr", "stochastic"),
+        ("E8M0 alone, ceil rule, blocks of 8", "mxfp4_e2m1_ceil_bs8", "to nearest"),
+        ("E8M0 alone, ceil rule, blocks of 8", "mxfp4_e2m1_ceil_bs8_sr", "stochastic"),
+        ("UE4M3 + per-tensor scale, blocks of 16", "nvfp4", "to nearest"),
+        ("UE4M3 + per-tensor scale, blocks of 16", "nvfp4_sr", "stochastic"),
+    ]
+    # SR's effect per format where both roundings ran, from matched runs: +0.02 each
+    effects = next(line for line in text.splitlines() if line.startswith("Stochastic minus nearest"))
+    means = [float(m) for m in re.findall(r"of \d+ ([+-][\d.]+) \[", effects)]
+    assert means == pytest.approx([0.02, 0.02], abs=0.002) and "blocks of 32" not in effects
+    assert (tmp_path / "docs" / "figures" / "lm_grad_sr_recipes.png").exists()
+    # SR helps everywhere (T2, T3 fail) → partially; and nothing holds → not
+    helps = {**predicted, "nvfp4_sr": 0.06, "mxfp4_e2m1_ceil_bs8_sr": 0.06}
+    text = section(helps)
+    assert f"**{PARTIAL.capitalize()}.**" in text and "T1 held; T2, T3 did not." in text
+    assert f"**{NOT.capitalize()}.**" in section({**helps, "mxfp4_e2m1_ceil_sr": 0.2})
+
+
 def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():
     pts = pd.DataFrame(
         [("UE4M3 + per-tensor scale", "fp4_e2m1 (the family's)", True, 0.1, 0.01),
@@ -1063,6 +1116,16 @@ def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradien
     fig = plots.gradient_format_plot(kept)
     assert list(fig.axes[0].containers[0].lines[0].get_xdata()) == [0, 1, 2]
     assert "in bf16" in fig.axes[0].get_title()
+    assert_readable(fig)
+    # the kinds named by the caller (results 3.11: how the gradients were rounded), with its own title
+    fig = plots.gradient_format_plot(
+        pts, kinds=("rounded to nearest", "rounded stochastically"), title="Nearest or stochastic"
+    )
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "rounded to nearest",
+        "rounded stochastically",
+    ]
+    assert fig.axes[0].get_title() == "Nearest or stochastic"
     assert_readable(fig)
     empty = plots.gradient_format_plot(pts.iloc[:0])
     assert "no block formats" in empty.axes[0].texts[0].get_text()

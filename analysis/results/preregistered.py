@@ -3,8 +3,9 @@ preset's header before it ran (``Preregistered``): 3.2 (the format's quantizatio
 count, orders the loss gap), 3.3 (the E8M0 scale rule moves the loss as that error does), 3.4 (is
 ceil's cost for E2M1 the gradients' rounding to nearest?), 3.5 (study 2's inversion, in the
 gradients of LM training), 3.6 (UE5M3-alone's cost there is the gradients'), 3.7 (with NVFP4's
-per-tensor scale UE5M3 trains as NVFP4 does) and 3.8 (finer MXFP4 blocks help: the loss follows the
-values flushed to 0, not the MSE).
+per-tensor scale UE5M3 trains as NVFP4 does), 3.8 (finer MXFP4 blocks help: the loss follows the
+values flushed to 0, not the MSE), 3.9 (without the floor rule's clamp finer MXFP4 blocks help more),
+3.10 (3.6's D3 on fresh seeds) and 3.11 (where stochastic rounding of the gradients helps).
 """
 
 from __future__ import annotations
@@ -358,6 +359,39 @@ BLOCK_GRADS_FRESH = Preregistered(
 )
 """3.10, as fixed in conf/experiment/lm_block_grads_fresh.yaml before it ran."""
 
+GRAD_SR_RECIPES = Preregistered(
+    title="3.11 Stochastic rounding of the gradients helps only where rounding to nearest flushes the "
+    "most (pre-registered)",
+    why=(
+        "In 3.4 stochastic rounding (SR) of the two gradient roles removed ceil's cost for E2M1 in blocks "
+        "of 32 and made ceil the better rule, while it made floor worse: where rounding to nearest flushes "
+        "little that SR would keep, SR brings only its noise. In 3.9 ceil's cost over floor was a "
+        "large-block effect, gone at blocks of 8. On lm_block_ceil's bf16 runs' own tensors the gradients "
+        "lose to 0 under ceil at 32 far more (flushed dY 0.249, dY_T 0.264) than under ceil at 8 (0.152, "
+        "0.167) or NVFP4 (0.152, 0.168), which flush no more than floor at 32 did (0.206, 0.215). The "
+        "hypothesis: SR helps where rounding to nearest flushes the most and costs elsewhere; and the "
+        "practical question beside it, does MXFP4 under ceil with SR gradients beat NVFP4? NVFP4, and "
+        "E2M1 under E8M0 ceil in blocks of 32 and 8, the gradients rounded to nearest or stochastically "
+        "(`precision.grad_rounding=stochastic`). Tests as in 3.2."
+    ),
+    preset="lm_grad_sr_recipes",
+    predictions=(
+        Prediction("T1", "nvfp4", "mxfp4_e2m1_ceil_sr"),
+        Prediction("T2", "nvfp4_sr", "nvfp4"),
+        Prediction("T3", "mxfp4_e2m1_ceil_bs8_sr", "mxfp4_e2m1_ceil_bs8"),
+        Prediction("both SR", "mxfp4_e2m1_ceil_sr", "nvfp4_sr", measured=True),
+        Prediction("two fixes", "mxfp4_e2m1_ceil_bs8", "mxfp4_e2m1_ceil_sr", measured=True),
+    ),
+    decide=("T1", "T2", "T3"),
+    contrast="Measured beside them: both SR, MXFP4 under ceil against NVFP4 with the gradients of both "
+    "rounded stochastically (NVIDIA's NVFP4 training recipe rounds its gradients so); two fixes, the two "
+    "ways found to remove ceil's cost, finer blocks (3.9) or SR gradients (3.4), against each other.",
+    price="tensors",
+    figure="rounding",
+    compare=("mxfp4_e2m1_ceil_bs8", "nvfp4"),
+)
+"""3.11, as fixed in conf/experiment/lm_grad_sr_recipes.yaml before it ran."""
+
 
 def _num(value: float, spec: str) -> str:
     """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
@@ -678,7 +712,8 @@ def _tensor_block_errors(df: pd.DataFrame) -> dict[str, float]:
     return {
         str(label): float(by[(g["name"], g["rule"])])
         for label, g in lmstudy.block_geometry(df).iterrows()
-        if (g["name"], g["rule"]) in by.index
+        # the tensors were rounded to nearest: a run with stochastic gradients has no price there
+        if (g["name"], g["rule"]) in by.index and g["grad_rounding"] != "stochastic"
     }
 
 
@@ -827,6 +862,66 @@ def _gradients_figure(
     doc.figure(plots.gradient_format_plot(pts, reference=ref), f"{spec.preset}.png", caption)
 
 
+def _rounding_figure(
+    doc: _Doc, spec: Preregistered, samples: list[tuple[Source, pd.DataFrame]], names: dict[int, str],
+    errors: dict[str, float],
+) -> None:  # fmt: skip
+    """Where stochastic rounding of the gradients helps: Δ vs bf16 (mean ± sd over seeds) of each block
+    format (family and block size) with its gradients rounded to nearest and stochastically, on the fresh
+    seeds; a table, SR's effect per format where both were trained, and the figure."""
+    from analysis import lmstudy, plots
+
+    source, df = samples[-1]
+    ref, pts = _family_deltas(df)
+    if pts.empty:
+        return
+    rounding = lmstudy.block_geometry(df)["grad_rounding"]
+    # each scale family together, its coarsest blocks first (where 3.4 found SR's gain)
+    order = {f: i for i, f in enumerate(dict.fromkeys(pts["family"]))}
+    pts = pts.assign(rank=pts["family"].map(order)).sort_values(["rank", "block"], ascending=[True, False])
+    pts = pts.drop(columns="rank")
+    sr = np.array([rounding.get(label) == "stochastic" for label in pts["label"]])
+    pts = pts.assign(
+        family=[f"{f}, blocks of {b}" for f, b in zip(pts["family"], pts["block"], strict=True)],
+        own=~sr,  # the plot's first kind: rounded to nearest, as every other role
+        gradients=np.where(sr, "stochastic", "to nearest"),
+    )
+    pts = _by_family(pts, "own", ascending=False)  # to nearest first
+    cells = [f"{m:+.4f} ± {sd:.4f}" for m, sd in zip(pts["mean"], pts["sd"], strict=True)]
+    shown = pts.assign(**{"gradients rounded": pts["gradients"], f"Δ vs {ref} (mean ± sd over seeds)": cells})
+    shown = shown[["family", "label", "gradients rounded", f"Δ vs {ref} (mean ± sd over seeds)"]]
+    doc.add(
+        f"Δ vs {ref} on {names[id(source)]} by block format, the gradients rounded to nearest or "
+        "stochastically:",
+        "",
+        md_table(shown),
+        "",
+    )
+    effects = []
+    for family, g in pts.groupby("family", sort=False):
+        near, stoch = g[g["own"]], g[~g["own"]]
+        if len(near) == 1 and len(stoch) == 1:
+            c = lmstudy.contrast(df, stoch["label"].iloc[0], near["label"].iloc[0])
+            if c["n_pairs"]:
+                lo, hi = c["ci90"]
+                effects.append(f"{family} {c['mean']:+.4f} [{_num(lo, '+.4f')}, {_num(hi, '+.4f')}]")
+    if effects:
+        doc.add(
+            "Stochastic minus nearest gradients, matched runs (Δ [90 % CI]; above 0: SR costs): "
+            + "; ".join(effects) + ".",
+            "",
+        )  # fmt: skip
+    caption = "Δ vs bf16 by block format, the gradients rounded to nearest or stochastically"
+    fig = plots.gradient_format_plot(
+        pts,
+        reference=ref,
+        kinds=("gradients rounded to nearest", "gradients rounded stochastically"),
+        title="Stochastic rounding of the gradients: where does it help?",
+        xlabel="FP4 E2M1 block format",
+    )
+    doc.figure(fig, f"{spec.preset}.png", caption)
+
+
 @dataclass(frozen=True)
 class Price:
     """How a section prices each format (``Preregistered.price``): by label, and the words for it."""
@@ -845,6 +940,7 @@ FIGURES = {
     "format_error": _format_error_figure,
     "block_size": _block_size_figure,
     "gradients": _gradients_figure,
+    "rounding": _rounding_figure,
 }
 """``Preregistered.figure`` → the section's Δ-vs-bf16 table and figure."""
 
@@ -858,5 +954,6 @@ PREREGISTERED = (
     BLOCK_E8M0,
     BLOCK_CEIL,
     BLOCK_GRADS_FRESH,
+    GRAD_SR_RECIPES,
 )
 """The pre-registered sections, in the document's order."""
