@@ -54,6 +54,7 @@ TINY = {
     "lm_block_ceil": [*TINY_LM, "sweep.seeds=[45]"],
     "lm_block_grads_fresh": [*TINY_LM, "sweep.seeds=[51]"],
     "lm_grad_sr_recipes": [*TINY_LM, "sweep.seeds=[57]"],
+    "lm_grad_sr_clamp": [*TINY_LM, "sweep.seeds=[63]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -188,6 +189,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_block_ceil": (378, 0),  # bf16, E2M1 under E8M0 floor and ceil at 8/16/32, × 9 pairs × seeds 45–50
     "lm_block_grads_fresh": (216, 0),  # bf16 and three FP4 families with bf16 gradients, × 9 × seeds 51–56
     "lm_grad_sr_recipes": (324, 0),  # bf16, NVFP4 and MXFP4 ceil, gradients nearest or SR, × 9 × seeds 57–62
+    "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
     "proxy_interventions": (2, 8),
@@ -286,6 +288,7 @@ VARIANTS = {
     "lm_block_ceil": "lm_format_error",
     "lm_block_grads_fresh": "lm_format_error",
     "lm_grad_sr_recipes": "lm_format_error",
+    "lm_grad_sr_clamp": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -630,6 +633,27 @@ def test_lm_grad_sr_recipes_rounds_only_the_gradients_stochastically(tmp_path):
     assert {k: v for k, v in geometry.items() if k != "bf16"} == {
         "nvfp4": {nvfp4}, "nvfp4_sr": {nvfp4}, "mxfp4_e2m1_ceil_sr": {ceil},
         "mxfp4_e2m1_ceil_bs8": {ceil8}, "mxfp4_e2m1_ceil_bs8_sr": {ceil8},
+    }  # fmt: skip
+    fp4 = [k for k in geometry if k != "bf16"]
+    assert all(rounding["fwd"][k] == {"even"} for k in fp4)
+    assert {k: rounding["grads"][k] for k in fp4} == {
+        k: {"stochastic" if k.endswith("_sr") else "even"} for k in fp4
+    }
+
+
+def test_lm_grad_sr_clamp_rounds_only_the_gradients_stochastically_under_the_floor_rule(tmp_path):
+    """3.12's `_sr` runs round the two gradient roles stochastically and every other role to nearest;
+    its MXFP4 runs are OCP's floor rule at the block size the name says, NVFP4 its own recipe."""
+    geometry = _role_specs("lm_grad_sr_clamp", tmp_path, _geometry)
+    rounding = {
+        label: _role_specs("lm_grad_sr_clamp", tmp_path, lambda s: s.rounding.value, roles)
+        for label, roles in (("fwd", ("w", "a", "w_bwd", "a_bwd")), ("grads", ("g_dgrad", "g_wgrad")))
+    }
+    nvfp4 = ("fp4_e2m1", 16, "ue4m3", "floor", True)
+    floor, floor8 = (("fp4_e2m1", b, "e8m0", "floor", False) for b in (32, 8))
+    assert {k: v for k, v in geometry.items() if k != "bf16"} == {
+        "nvfp4": {nvfp4}, "nvfp4_sr": {nvfp4}, "mxfp4_e2m1": {floor}, "mxfp4_e2m1_sr": {floor},
+        "mxfp4_e2m1_bs8": {floor8}, "mxfp4_e2m1_bs8_sr": {floor8},
     }  # fmt: skip
     fp4 = [k for k in geometry if k != "bf16"]
     assert all(rounding["fwd"][k] == {"even"} for k in fp4)
