@@ -1090,6 +1090,67 @@ def test_grad_sr_recipes_section_splits_each_format_by_its_gradients_rounding(tm
     assert f"**{NOT.capitalize()}.**" in section({**helps, "mxfp4_e2m1_ceil_sr": 0.2})
 
 
+def test_grad_sr_clamp_section_decides_on_floor_at_8_and_shows_the_norm_index(tmp_path):
+    import dataclasses
+
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.preregistered import GRAD_SR_CLAMP, preregistered_section
+    from records.precision import block_name
+
+    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
+    nvfp4 = ("nvfp4", "nvfp4", False, 1.0)
+    formats = {"bf16": FORMATS["bf16"], "nvfp4": nvfp4, "nvfp4_sr": nvfp4, "mxfp4_e2m1": e2m1,
+               "mxfp4_e2m1_sr": e2m1, "mxfp4_e2m1_bs8": e2m1, "mxfp4_e2m1_bs8_sr": e2m1}  # fmt: skip
+    # one measured bf16 run: floor shrinks the tensors (norm < 1), more at 8; NVFP4 keeps their size
+    run = tmp_path / "clamp" / "bf16_0"
+    run.mkdir(parents=True)
+    row = {"step": 10}
+    for geometry, (mse, flushed, norm) in {
+        ("fp4_e2m1", 32, "e8m0", False): (0.018, 0.21, 0.960),
+        ("fp4_e2m1", 8, "e8m0", False): (0.018, 0.12, 0.948),
+        ("fp4_e2m1", 16, "ue4m3", True): (0.008, 0.15, 1.001),
+    }.items():
+        for o in ("W", "X", "dY", "X_T", "dY_T"):
+            key = f"{o}/{block_name(*geometry)}/floor"
+            row |= {f"rel_mse/{key}": mse, f"flushed/{key}": flushed, f"norm/{key}": norm}
+    (run / "tensor_error.jsonl").write_text(json.dumps(row) + "\n")
+
+    def section(offsets, spec=GRAD_SR_CLAMP):
+        src = Source(spec.preset, f"python launch.py -m experiment={spec.preset}", run.parent)
+        df = frame(formats=formats, seeds=(63, 64, 65), offsets=offsets, rng_seed=63)
+        name = df["sweep.precision"]
+        src.df = df.assign(**{
+            "precision.block_size": np.where(name.str.contains("bs8"), 8, 32),
+            "precision.grad_rounding": np.where(name.str.endswith("_sr"), "stochastic", None),
+            "path": np.where(name.eq("bf16"), str(run), "nowhere"),
+        })  # fmt: skip
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        preregistered_section(doc, spec, src)
+        return "\n".join(doc.lines)
+
+    predicted = {"nvfp4": 0.11, "nvfp4_sr": 0.06, "mxfp4_e2m1": 0.15, "mxfp4_e2m1_sr": 0.17,
+                 "mxfp4_e2m1_bs8": 0.13, "mxfp4_e2m1_bs8_sr": 0.16}  # fmt: skip
+    text = section(predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "V1, V2, V3 held." in text
+    # floor at 32 prices by its tensors against NVFP4's; a run with SR gradients has no price
+    assert "| V3 | nvfp4 worse than nvfp4_sr | – |" in text
+    assert "| finer | mxfp4_e2m1 − mxfp4_e2m1_bs8 (measured, no prediction) | 1.00 |" in text
+    # the tensor table carries the norm index the claim argues from, per operand
+    header = next(line for line in text.splitlines() if line.startswith("| format | rule |"))
+    assert "| norm dY |" in header and "norm: ‖Q(t)‖/‖t‖" in text
+    floor8 = next(line for line in text.splitlines() if line.startswith("| mxfp4_e2m1-bs8 | floor |"))
+    assert floor8.count("| 0.948 ") == 5
+    assert "mxfp4_e2m1_bs8 over nvfp4 on these tensors, operand by operand: MSE W ×2.25" in text
+    # without the index in ``metrics`` the table is as every other section's
+    plain = section(predicted, dataclasses.replace(GRAD_SR_CLAMP, metrics=("rel_mse", "flushed")))
+    assert "norm dY" not in plain and "norm:" not in plain and "| flushed dY |" in plain
+    # SR helps floor at 8 as it helps NVFP4: the deciding prediction fails, whatever V1 does
+    assert f"**{NOT.capitalize()}.**" in section({**predicted, "mxfp4_e2m1_bs8_sr": 0.08})
+    # SR costs floor at 8 but no longer helps NVFP4: partially
+    text = section({**predicted, "nvfp4_sr": 0.12})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "V1, V2 held; V3 did not." in text
+
+
 def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():
     pts = pd.DataFrame(
         [("UE4M3 + per-tensor scale", "fp4_e2m1 (the family's)", True, 0.1, 0.01),

@@ -5,7 +5,8 @@ ceil's cost for E2M1 the gradients' rounding to nearest?), 3.5 (study 2's invers
 gradients of LM training), 3.6 (UE5M3-alone's cost there is the gradients'), 3.7 (with NVFP4's
 per-tensor scale UE5M3 trains as NVFP4 does), 3.8 (finer MXFP4 blocks help: the loss follows the
 values flushed to 0, not the MSE), 3.9 (without the floor rule's clamp finer MXFP4 blocks help more),
-3.10 (3.6's D3 on fresh seeds) and 3.11 (where stochastic rounding of the gradients helps).
+3.10 (3.6's D3 on fresh seeds), 3.11 (where stochastic rounding of the gradients helps) and 3.12
+(where it costs: under the floor rule's clamp).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class Preregistered:
     compare: tuple[str, str] | None = None
     """Two labels whose errors on the trained tensors the section sets side by side, operand by operand
     (the first over the second), where ``why`` argues from that comparison."""
+    metrics: tuple[str, ...] = ("rel_mse", "flushed")
+    """The indices of the trained tensors' table (keys of ``TENSOR_METRICS``): the norm index only
+    where ``why`` argues from it, since every index adds a column per operand."""
 
     def rule(self, seeds: str | None = None) -> str:
         """``why``, where the predictions were fixed and the verdict's rule, in words."""
@@ -392,6 +396,39 @@ GRAD_SR_RECIPES = Preregistered(
 )
 """3.11, as fixed in conf/experiment/lm_grad_sr_recipes.yaml before it ran."""
 
+GRAD_SR_CLAMP = Preregistered(
+    title="3.12 Stochastic rounding of the gradients costs where the scale rule clamps them (pre-registered)",
+    why=(
+        "Stochastic rounding (SR) of the two gradient roles helped every FP4 format whose scale fits the "
+        "block's max, E2M1 under E8M0 ceil at blocks of 32 (3.4) and 8 (3.11) and NVFP4 (3.11), and cost "
+        "the one whose scale clamps it, E2M1 under OCP's floor rule at 32 (3.4: +0.019). 3.11's reading, "
+        "that SR helps where rounding to nearest flushes the most, failed. On the 108 bf16 runs' own "
+        "tensors of 3.9 and 3.11 the index that parts floor from the others is the quantizer's bias in "
+        "size, ‖Q(t)‖/‖t‖: floor's clamp shrinks the gradients (dY 0.960 at blocks of 32, 0.948 at 8), "
+        "ceil and NVFP4 keep their size (1.001–1.004). The hypothesis: SR costs where the rule clamps the "
+        "gradients and helps where it does not. Floor at blocks of 8 decides between the two readings: it "
+        "clamps the most and flushes the least (dY 0.124, NVFP4 0.152). E2M1 under floor at blocks of 32 "
+        "and 8 and NVFP4, the gradients rounded to nearest or stochastically. Tests as in 3.2."
+    ),
+    preset="lm_grad_sr_clamp",
+    predictions=(
+        Prediction("V1", "mxfp4_e2m1_sr", "mxfp4_e2m1"),
+        Prediction("V2", "mxfp4_e2m1_bs8_sr", "mxfp4_e2m1_bs8"),
+        Prediction("V3", "nvfp4", "nvfp4_sr"),
+        Prediction("finer", "mxfp4_e2m1", "mxfp4_e2m1_bs8", measured=True),
+        Prediction("finer SR", "mxfp4_e2m1_sr", "mxfp4_e2m1_bs8_sr", measured=True),
+    ),
+    decide=("V1", "V2", "V3"),
+    first="V2",
+    contrast="Measured beside them: finer, 3.8's F1 (floor blocks of 32 against 8) on fresh seeds; finer "
+    "SR, the same with the gradients rounded stochastically.",
+    price="tensors",
+    figure="rounding",
+    compare=("mxfp4_e2m1_bs8", "nvfp4"),
+    metrics=("rel_mse", "flushed", "norm"),
+)
+"""3.12, as fixed in conf/experiment/lm_grad_sr_clamp.yaml before it ran."""
+
 
 def _num(value: float, spec: str) -> str:
     """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
@@ -516,7 +553,7 @@ def preregistered_section(
             "",
         )
     FIGURES[spec.figure](doc, spec, samples, names, errors)
-    _tensor_errors(doc, confirm, spec.compare)
+    _tensor_errors(doc, confirm, spec.compare, spec.metrics)
 
 
 def _unstable(df: pd.DataFrame) -> str:
@@ -593,10 +630,23 @@ def _format_error_figure(
         doc.figure(plots.format_error_plot(pts), f"{spec.preset}.png", caption)
 
 
-def _tensor_errors(doc: _Doc, src: Source, compare: tuple[str, str] | None = None) -> None:
-    """The error of the trained models' own tensors (``train.tensor_error``'s rows in ``src``'s runs),
-    beside the Gaussian closed form, for the formats and rules ``src`` trained, and the ``compare``
-    labels' ratio operand by operand; nothing without rows."""
+TENSOR_METRICS = {
+    "rel_mse": ("MSE", ".3g", "MSE relative to ‖t‖²"),
+    "flushed": ("flushed", ".3f", "flushed: the fraction of nonzero values quantized to 0"),
+    "norm": ("norm", ".3f", "norm: ‖Q(t)‖/‖t‖, below 1 where the quantizer shrinks the tensor"),
+}
+"""``train.tensor_error``'s indices → (column heading, number format, what it is in words)."""
+
+
+def _tensor_errors(
+    doc: _Doc,
+    src: Source,
+    compare: tuple[str, str] | None = None,
+    metrics: tuple[str, ...] = ("rel_mse", "flushed"),
+) -> None:
+    """The error of the trained models' own tensors (``train.tensor_error``'s rows in ``src``'s runs) by
+    each of ``metrics``, beside the Gaussian closed form, for the formats and rules ``src`` trained, and
+    the ``compare`` labels' ratio operand by operand; nothing without rows."""
     from analysis import lmstudy
     from analysis.blocksize.theory import format_error
     from quant.formats import ELEM_FORMATS
@@ -617,12 +667,10 @@ def _tensor_errors(doc: _Doc, src: Source, compare: tuple[str, str] | None = Non
         f"{format_error(f, scale_rule=r):.3g}" if f in ELEM_FORMATS else "–"
         for f, r in zip(table["format"], table["rule"], strict=True)
     ]
-    for metric, fmt in (("rel_mse", ".3g"), ("flushed", ".3f")):
+    for metric in metrics:
+        heading, fmt, _ = TENSOR_METRICS[metric]
         for o in operands:
-            col = f"{metric}/{o}"
-            shown[f"{'MSE' if metric == 'rel_mse' else 'flushed'} {o}"] = [
-                _num(v, fmt) for v in table.get(col, [])
-            ]
+            shown[f"{heading} {o}"] = [_num(v, fmt) for v in table.get(f"{metric}/{o}", [])]
     lines = []
     for f, g in table.groupby("format", sort=False):
         if set(g["rule"]) >= {"floor", "ceil"}:
@@ -649,8 +697,9 @@ def _tensor_errors(doc: _Doc, src: Source, compare: tuple[str, str] | None = Non
         "runs' final weights, quantization off, one batch; each operand blocked along its GEMM's "
         "contraction: "
         "W and X along `in` (forward), X_T and dY_T along tokens (weight gradient), dY along `out` (data "
-        "gradient); median over runs of the mean over the model's Linears; MSE relative to ‖t‖², flushed: "
-        "the fraction of nonzero values quantized to 0):",
+        "gradient); median over runs of the mean over the model's Linears; "
+        + "; ".join(TENSOR_METRICS[m][2] for m in metrics)
+        + "):",
         "",
         md_table(shown),
         "",
@@ -955,5 +1004,6 @@ PREREGISTERED = (
     BLOCK_CEIL,
     BLOCK_GRADS_FRESH,
     GRAD_SR_RECIPES,
+    GRAD_SR_CLAMP,
 )
 """The pre-registered sections, in the document's order."""
