@@ -723,7 +723,7 @@ def _block_section(sweep, spec, geometry, mse, seeds, flushed):
             df[col] = [geometry.get(x, (32, "e8m0", False))[key] for x in df["sweep.precision"]]
         df["precision.scale_rule"] = [rules.get(x, "floor") for x in df["sweep.precision"]]
         src.df = df.assign(path=np.where(df["sweep.precision"].eq("bf16"), str(run), "nowhere"))
-        doc = _Doc(sweep.parent / "docs" / "results.md")
+        doc = _Doc(run.parent.parent / "docs" / "results.md")
         preregistered_section(doc, spec, src)
         return "\n".join(doc.lines)
 
@@ -1040,29 +1040,42 @@ def test_block_grads_fresh_section_replicates_d3_beside_the_seeds_it_failed_on(t
     assert f"**{NOT.capitalize()}.**" in section({**alike, "nvfp4_bf16g": 0.0})
 
 
-def test_grad_sr_recipes_section_splits_each_format_by_its_gradients_rounding(tmp_path):
-    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.preregistered import GRAD_SR_RECIPES, preregistered_section
+def _sr_section(spec, labels, seeds, run):
+    """``section(offsets, spec=spec)``: the text of a stochastic-rounding section (3.11, 3.12) on a
+    frame of bf16 and ``labels`` (NVFP4 where the name starts so, E2M1 otherwise; blocks of 8 where it
+    says `bs8`, the ceil rule where it says `ceil`, SR gradients where it ends in `_sr`), whose bf16 runs
+    live in ``run`` (measured by ``train.tensor_error`` where it holds its file); the document in
+    ``run``'s grandparent."""
+    from analysis.results.common import Source, _Doc
+    from analysis.results.preregistered import preregistered_section
 
     e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
     nvfp4 = ("nvfp4", "nvfp4", False, 1.0)
-    formats = {"bf16": FORMATS["bf16"], "nvfp4": nvfp4, "nvfp4_sr": nvfp4, "mxfp4_e2m1_ceil_sr": e2m1,
-               "mxfp4_e2m1_ceil_bs8": e2m1, "mxfp4_e2m1_ceil_bs8_sr": e2m1}  # fmt: skip
+    formats = {"bf16": FORMATS["bf16"]} | {x: nvfp4 if x.startswith("nvfp4") else e2m1 for x in labels}
 
-    def section(offsets):
-        src = Source(
-            "lm_grad_sr_recipes", "python launch.py -m experiment=lm_grad_sr_recipes", tmp_path / "r"
-        )
-        df = frame(formats=formats, seeds=(57, 58, 59), offsets=offsets, rng_seed=57)
+    def section(offsets, spec=spec):
+        src = Source(spec.preset, f"python launch.py -m experiment={spec.preset}", run.parent)
+        df = frame(formats=formats, seeds=seeds, offsets=offsets, rng_seed=seeds[0])
         name = df["sweep.precision"]
         src.df = df.assign(**{
             "precision.block_size": np.where(name.str.contains("bs8"), 8, 32),
             "precision.scale_rule": np.where(name.str.contains("ceil"), "ceil", "floor"),
             "precision.grad_rounding": np.where(name.str.endswith("_sr"), "stochastic", None),
+            "path": np.where(name.eq("bf16"), str(run), "nowhere"),
         })  # fmt: skip
-        doc = _Doc(tmp_path / "docs" / "results.md")
-        preregistered_section(doc, GRAD_SR_RECIPES, src)
+        doc = _Doc(run.parent.parent / "docs" / "results.md")
+        preregistered_section(doc, spec, src)
         return "\n".join(doc.lines)
+
+    return section
+
+
+def test_grad_sr_recipes_section_splits_each_format_by_its_gradients_rounding(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED
+    from analysis.results.preregistered import GRAD_SR_RECIPES
+
+    labels = ("nvfp4", "nvfp4_sr", "mxfp4_e2m1_ceil_sr", "mxfp4_e2m1_ceil_bs8", "mxfp4_e2m1_ceil_bs8_sr")
+    section = _sr_section(GRAD_SR_RECIPES, labels, (57, 58, 59), tmp_path / "r" / "bf16_0")
 
     # as predicted: SR removes ceil's cost at 32 and costs NVFP4 and ceil at 8
     predicted = {"nvfp4": 0.10, "nvfp4_sr": 0.12, "mxfp4_e2m1_ceil_sr": 0.07,
@@ -1093,14 +1106,10 @@ def test_grad_sr_recipes_section_splits_each_format_by_its_gradients_rounding(tm
 def test_grad_sr_clamp_section_decides_on_floor_at_8_and_shows_the_norm_index(tmp_path):
     import dataclasses
 
-    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.preregistered import GRAD_SR_CLAMP, preregistered_section
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED
+    from analysis.results.preregistered import GRAD_SR_CLAMP
     from records.precision import block_name
 
-    e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
-    nvfp4 = ("nvfp4", "nvfp4", False, 1.0)
-    formats = {"bf16": FORMATS["bf16"], "nvfp4": nvfp4, "nvfp4_sr": nvfp4, "mxfp4_e2m1": e2m1,
-               "mxfp4_e2m1_sr": e2m1, "mxfp4_e2m1_bs8": e2m1, "mxfp4_e2m1_bs8_sr": e2m1}  # fmt: skip
     # one measured bf16 run: floor shrinks the tensors (norm < 1), more at 8; NVFP4 keeps their size
     run = tmp_path / "clamp" / "bf16_0"
     run.mkdir(parents=True)
@@ -1114,19 +1123,8 @@ def test_grad_sr_clamp_section_decides_on_floor_at_8_and_shows_the_norm_index(tm
             key = f"{o}/{block_name(*geometry)}/floor"
             row |= {f"rel_mse/{key}": mse, f"flushed/{key}": flushed, f"norm/{key}": norm}
     (run / "tensor_error.jsonl").write_text(json.dumps(row) + "\n")
-
-    def section(offsets, spec=GRAD_SR_CLAMP):
-        src = Source(spec.preset, f"python launch.py -m experiment={spec.preset}", run.parent)
-        df = frame(formats=formats, seeds=(63, 64, 65), offsets=offsets, rng_seed=63)
-        name = df["sweep.precision"]
-        src.df = df.assign(**{
-            "precision.block_size": np.where(name.str.contains("bs8"), 8, 32),
-            "precision.grad_rounding": np.where(name.str.endswith("_sr"), "stochastic", None),
-            "path": np.where(name.eq("bf16"), str(run), "nowhere"),
-        })  # fmt: skip
-        doc = _Doc(tmp_path / "docs" / "results.md")
-        preregistered_section(doc, spec, src)
-        return "\n".join(doc.lines)
+    labels = ("nvfp4", "nvfp4_sr", "mxfp4_e2m1", "mxfp4_e2m1_sr", "mxfp4_e2m1_bs8", "mxfp4_e2m1_bs8_sr")
+    section = _sr_section(GRAD_SR_CLAMP, labels, (63, 64, 65), run)
 
     predicted = {"nvfp4": 0.11, "nvfp4_sr": 0.06, "mxfp4_e2m1": 0.15, "mxfp4_e2m1_sr": 0.17,
                  "mxfp4_e2m1_bs8": 0.13, "mxfp4_e2m1_bs8_sr": 0.16}  # fmt: skip

@@ -620,45 +620,36 @@ def test_lm_block_ceil_trains_mxfp4_at_each_block_size_under_both_scale_rules(tm
     assert set(seen) == {"bf16", *expected}
 
 
-def test_lm_grad_sr_recipes_rounds_only_the_gradients_stochastically(tmp_path):
-    """3.11's `_sr` runs round the two gradient roles stochastically and every other role to nearest, each
-    under its format's geometry (NVFP4's, or E2M1 under E8M0 ceil at the block size the name says)."""
-    geometry = _role_specs("lm_grad_sr_recipes", tmp_path, _geometry)
-    rounding = {
-        label: _role_specs("lm_grad_sr_recipes", tmp_path, lambda s: s.rounding.value, roles)
-        for label, roles in (("fwd", ("w", "a", "w_bwd", "a_bwd")), ("grads", ("g_dgrad", "g_wgrad")))
-    }
-    nvfp4 = ("fp4_e2m1", 16, "ue4m3", "floor", True)
-    ceil, ceil8 = (("fp4_e2m1", b, "e8m0", "ceil", False) for b in (32, 8))
-    assert {k: v for k, v in geometry.items() if k != "bf16"} == {
-        "nvfp4": {nvfp4}, "nvfp4_sr": {nvfp4}, "mxfp4_e2m1_ceil_sr": {ceil},
-        "mxfp4_e2m1_ceil_bs8": {ceil8}, "mxfp4_e2m1_ceil_bs8_sr": {ceil8},
-    }  # fmt: skip
-    fp4 = [k for k in geometry if k != "bf16"]
-    assert all(rounding["fwd"][k] == {"even"} for k in fp4)
-    assert {k: rounding["grads"][k] for k in fp4} == {
-        k: {"stochastic" if k.endswith("_sr") else "even"} for k in fp4
-    }
+_NVFP4 = ("fp4_e2m1", 16, "ue4m3", "floor", True)
+_CEIL, _CEIL8, _FLOOR, _FLOOR8 = (
+    ("fp4_e2m1", b, "e8m0", rule, False) for rule in ("ceil", "floor") for b in (32, 8)
+)
 
 
-def test_lm_grad_sr_clamp_rounds_only_the_gradients_stochastically_under_the_floor_rule(tmp_path):
-    """3.12's `_sr` runs round the two gradient roles stochastically and every other role to nearest;
-    its MXFP4 runs are OCP's floor rule at the block size the name says, NVFP4 its own recipe."""
-    geometry = _role_specs("lm_grad_sr_clamp", tmp_path, _geometry)
+@pytest.mark.parametrize(
+    ("preset", "geometry"),
+    [
+        # 3.11: NVFP4 and E2M1 under E8M0 ceil at the block size the name says
+        ("lm_grad_sr_recipes", {"nvfp4": _NVFP4, "nvfp4_sr": _NVFP4, "mxfp4_e2m1_ceil_sr": _CEIL,
+                                "mxfp4_e2m1_ceil_bs8": _CEIL8, "mxfp4_e2m1_ceil_bs8_sr": _CEIL8}),
+        # 3.12: NVFP4 and E2M1 under OCP's floor rule at the block size the name says
+        ("lm_grad_sr_clamp", {"nvfp4": _NVFP4, "nvfp4_sr": _NVFP4, "mxfp4_e2m1": _FLOOR,
+                              "mxfp4_e2m1_sr": _FLOOR, "mxfp4_e2m1_bs8": _FLOOR8,
+                              "mxfp4_e2m1_bs8_sr": _FLOOR8}),
+    ],
+)  # fmt: skip
+def test_sr_presets_round_only_the_gradients_stochastically(tmp_path, preset, geometry):
+    """3.11's and 3.12's `_sr` runs round the two gradient roles stochastically and every other role to
+    nearest, each under the geometry its name says."""
+    trained = _role_specs(preset, tmp_path, _geometry)
     rounding = {
-        label: _role_specs("lm_grad_sr_clamp", tmp_path, lambda s: s.rounding.value, roles)
+        label: _role_specs(preset, tmp_path, lambda s: s.rounding.value, roles)
         for label, roles in (("fwd", ("w", "a", "w_bwd", "a_bwd")), ("grads", ("g_dgrad", "g_wgrad")))
     }
-    nvfp4 = ("fp4_e2m1", 16, "ue4m3", "floor", True)
-    floor, floor8 = (("fp4_e2m1", b, "e8m0", "floor", False) for b in (32, 8))
-    assert {k: v for k, v in geometry.items() if k != "bf16"} == {
-        "nvfp4": {nvfp4}, "nvfp4_sr": {nvfp4}, "mxfp4_e2m1": {floor}, "mxfp4_e2m1_sr": {floor},
-        "mxfp4_e2m1_bs8": {floor8}, "mxfp4_e2m1_bs8_sr": {floor8},
-    }  # fmt: skip
-    fp4 = [k for k in geometry if k != "bf16"]
-    assert all(rounding["fwd"][k] == {"even"} for k in fp4)
-    assert {k: rounding["grads"][k] for k in fp4} == {
-        k: {"stochastic" if k.endswith("_sr") else "even"} for k in fp4
+    assert {k: v for k, v in trained.items() if k != "bf16"} == {k: {g} for k, g in geometry.items()}
+    assert all(rounding["fwd"][k] == {"even"} for k in geometry)
+    assert {k: rounding["grads"][k] for k in geometry} == {
+        k: {"stochastic" if k.endswith("_sr") else "even"} for k in geometry
     }
 
 
