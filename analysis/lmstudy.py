@@ -572,8 +572,9 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
     scale, global_scale, rule (its E8M0 or float scales' rounding rule) and ``name``, the geometry's
     ``records.precision.block_name`` (``train.tensor_error``'s keys); a recipe (``nvfp4``) by its own
     geometry, a record written before ``precision.global_scale`` existed as without one, ``grads``,
-    the incoming gradient's format (the element format where the run left it to W's), and
-    ``grad_rounding``, how the gradients were rounded (None: as every role, to nearest). With
+    the incoming gradient's format (the element format where the run left it to W's),
+    ``grad_rounding``, how the gradients were rounded (None: as every role, to nearest), and
+    ``grad_rule``, the gradients' blocks' scale rule (``rule`` unless the run set its own). With
     ``gradients``, also the labels that differ from a plain one only in keeping the gradients in high
     precision. Indexed by label, in display order."""
     from quant.formats import ELEM_FORMATS, RECIPES, ElemKind
@@ -617,9 +618,11 @@ def block_geometry(df: pd.DataFrame, *, gradients: bool = False) -> pd.DataFrame
                 **dict(zip(cols, (*geometry, str(rule), block_name(*geometry)), strict=True)),
                 "grads": str(r["grads"]) if own_grads else elem,
                 "grad_rounding": setting("grad_rounding"),
+                "grad_rule": str(setting("grad_scale_rule") or rule),
             }
         )
-    return pd.DataFrame(rows, columns=["label", *cols, "grads", "grad_rounding"]).set_index("label")
+    extra = ["grads", "grad_rounding", "grad_rule"]
+    return pd.DataFrame(rows, columns=["label", *cols, *extra]).set_index("label")
 
 
 def bit_ordering(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:

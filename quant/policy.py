@@ -69,6 +69,10 @@ class QuantPolicy:
     rounding: str = DEFAULTS["rounding"]
     grad_rounding: str | None = DEFAULTS["grad_rounding"]
     """Rounding of the two gradient roles (default: ``rounding``); ``stochastic`` is common here."""
+    grad_scale_rule: str | None = DEFAULTS["grad_scale_rule"]
+    """Scale rule of the two gradient roles' blocks (default: ``scale_rule``). With ``ceil`` under a
+    ``floor`` forward no gradient block clamps its max while weights and activations still do: where
+    in the step the floor rule's clamp acts."""
     quantize_backward: bool = DEFAULTS["quantize_backward"]
     norm_affine: str = DEFAULTS["norm_affine"]
     """LayerNorm/RMSNorm γ and β: ``none`` (high precision), ``bf16`` (what the instability study's
@@ -104,7 +108,12 @@ class QuantPolicy:
                 f"precision.global_scale=true needs a float block scale, not precision.scale={self.scale}: "
                 "set precision.scale=ue4m3 (NVFP4's) or ue5m3"
             )
-        enums = (("scale_rule", ScaleRule), ("norm_scale_rule", ScaleRule), ("rounding", Rounding))
+        enums = (
+            ("scale_rule", ScaleRule),
+            ("norm_scale_rule", ScaleRule),
+            ("grad_scale_rule", ScaleRule),
+            ("rounding", Rounding),
+        )
         for field, enum in enums:
             if getattr(self, field) is None:
                 continue
@@ -145,6 +154,7 @@ class QuantPolicy:
                 "block_size": r.block_size,
                 "scale": r.scale,
                 "scale_rule": r.scale_rule.value,
+                "grad_scale_rule": r.scale_rule.value,
                 "global_scale": r.global_scale,
             }
             for key, value in own.items():
@@ -207,4 +217,4 @@ def _spec(policy: QuantPolicy, role: str) -> QuantSpec:
         return _IDENTITY
     grad = role.startswith("g_")
     rounding = (policy.grad_rounding or policy.rounding) if grad else policy.rounding
-    return policy._make(policy.name_of(role), rounding)
+    return policy._make(policy.name_of(role), rounding, policy.grad_scale_rule if grad else None)

@@ -20,7 +20,7 @@ from typing import Any
 NOT_IDENTITY = ("out_dir", "logger", "train.device", "data.data_dir")
 """Dotted fields that do not change what a run computes."""
 
-LATE_DEFAULTS: dict[str, Any] = {"precision.global_scale": False}
+LATE_DEFAULTS: dict[str, Any] = {"precision.global_scale": False, "precision.grad_scale_rule": None}
 """Dotted fields added after records existed, and their defaults: hashed only where a run sets
 something else, so that every run that does not use one keeps the identity (directory name, skip
 rule, resume check) it had before the field existed."""

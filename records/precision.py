@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "global_scale": False,
     "rounding": "even",
     "grad_rounding": None,
+    "grad_scale_rule": None,
     "quantize_backward": True,
     "norm_affine": "none",
     "norm_scale_rule": None,
@@ -76,6 +77,7 @@ _TAGS = (  # setting → how a non-default value shows in the label
     ("global_scale", lambda v: "global"),
     ("rounding", lambda v: f"round_{v}"),
     ("grad_rounding", lambda v: f"grad_round_{v}"),
+    ("grad_scale_rule", lambda v: f"grad_{v}"),
     ("norm_affine", None),  # formatted as a format name: ln_<format>
     ("norm_scale_rule", lambda v: f"ln_{v}"),
     ("vector_ops", lambda v: f"vec_{v}"),

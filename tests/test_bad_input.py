@@ -33,6 +33,11 @@ CASES = [
     ("precision.grad_rounding=up", "precision.grad_rounding"),
     ("precision.norm_affine=fp99", "precision.norm_affine"),
     ("precision.norm_scale_rule=nope", "precision.norm_scale_rule"),
+    ("precision.grad_scale_rule=nope", "precision.grad_scale_rule"),
+    (
+        "precision.w=mxfp4_e2m1 precision.a=mxfp4_e2m1 precision.grad_scale_rule=ceil",
+        "precision.grad_scale_rule",
+    ),
     ("precision.vector_ops=fp8", "precision.vector_ops"),
     ("precision.w=nvfp4 precision.a=nvfp4 precision.block_size=8", "precision.block_size"),
     ("precision.w=mxfp8_e4m3 precision.a=mxfp8_e4m3 precision.scale_rule=ceil", "precision.scale_rule"),

@@ -386,10 +386,13 @@ def test_a_sweep_label_is_the_same_in_the_directory_status_record_and_report(tmp
     assert status.returncode == 0 and "mxfp8_e4m3w-bf16a" in status.stdout and " mxfp8 " in status.stdout
 
 
-def test_a_field_added_later_keeps_every_older_identity():
-    """precision.global_scale came after thousands of records: a run that leaves it at its default
-    hashes as its config.yaml without the field did (its directory name, skip rule and resume check
-    stay valid); a run that sets it is another run."""
+@pytest.mark.parametrize(
+    ("field", "default", "other"), [("global_scale", False, True), ("grad_scale_rule", None, "ceil")]
+)
+def test_a_field_added_later_keeps_every_older_identity(field, default, other):
+    """precision.global_scale (and later precision.grad_scale_rule) came after thousands of records: a
+    run that leaves it at its default hashes as its config.yaml without the field did (its directory
+    name, skip rule and resume check stay valid); a run that sets it is another run."""
     import dataclasses
 
     from records.identity import LATE_DEFAULTS, identity, run_id
@@ -397,12 +400,10 @@ def test_a_field_added_later_keeps_every_older_identity():
 
     run = RunConfig(precision=PrecisionConfig(w="fp4_e2m1", a="fp4_e2m1", scale="ue4m3"))
     plain = identity(run)
-    assert "global_scale" not in plain["precision"] and "precision.global_scale" in LATE_DEFAULTS
+    assert field not in plain["precision"] and f"precision.{field}" in LATE_DEFAULTS
     older = json.loads(json.dumps(plain))  # as a config.yaml written before the field existed
     assert (
-        run_id(older)
-        == run_id(run)
-        == run_id({**older, "precision": {**older["precision"], "global_scale": False}})
+        run_id(older) == run_id(run) == run_id({**older, "precision": {**older["precision"], field: default}})
     )
-    other = dataclasses.replace(run, precision=run.precision.replace(global_scale=True))
-    assert identity(other)["precision"]["global_scale"] is True and run_id(other) != run_id(run)
+    changed = dataclasses.replace(run, precision=run.precision.replace(**{field: other}))
+    assert identity(changed)["precision"][field] == other and run_id(changed) != run_id(run)

@@ -761,8 +761,11 @@ def _tensor_block_errors(df: pd.DataFrame) -> dict[str, float]:
     return {
         str(label): float(by[(g["name"], g["rule"])])
         for label, g in lmstudy.block_geometry(df).iterrows()
-        # the tensors were rounded to nearest: a run with stochastic gradients has no price there
-        if (g["name"], g["rule"]) in by.index and g["grad_rounding"] != "stochastic"
+        # the tensors were rounded to nearest under one rule: a run with stochastic gradients, or its
+        # gradients under another rule, has no price there
+        if (g["name"], g["rule"]) in by.index
+        and g["grad_rounding"] != "stochastic"
+        and g["grad_rule"] == g["rule"]
     }
 
 
@@ -830,10 +833,12 @@ def _block_size_figure(
 
 def _family(g: pd.Series) -> str:
     """A block geometry's scale family in words (a row of ``lmstudy.block_geometry``), naming the scale
-    rule where it is not OCP's floor."""
+    rule where it is not OCP's floor, and the gradients' where it is not the family's."""
     scale = str(g["scale"]).upper()
     family = f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
-    return family if str(g["rule"]) == "floor" else f"{family}, {g['rule']} rule"
+    family = family if str(g["rule"]) == "floor" else f"{family}, {g['rule']} rule"
+    grads = str(g.get("grad_rule", g["rule"]))
+    return family if grads == str(g["rule"]) else f"{family}, {grads} rule on the gradients"
 
 
 def _family_deltas(df: pd.DataFrame, *, gradients: bool = False) -> tuple[str | None, pd.DataFrame]:

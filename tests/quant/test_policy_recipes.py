@@ -59,3 +59,24 @@ def test_a_per_tensor_scale_on_an_element_format_is_nvfp4_at_any_block_size():
         QuantPolicy(w="mxfp4_e2m1", a="mxfp4_e2m1", global_scale=True)
     with pytest.raises(ValueError, match=r"needs a float block scale.*precision.scale=ue4m3"):
         QuantPolicy(w="fp4_e2m1", a="fp4_e2m1", global_scale=True)
+
+
+def test_grad_scale_rule_changes_only_the_gradient_roles_blocks():
+    """``grad_scale_rule=ceil`` under a floor forward: the gradients' blocks never clamp their max,
+    weights and activations (forward and backward) keep floor's clamp."""
+    import torch
+
+    from quant.formats import ScaleRule
+    from quant.mx import quantize_spec
+    from records.precision import label
+
+    p = QuantPolicy.uniform("fp4_e2m1", grad_scale_rule="ceil")
+    rules = {role: p.spec(role).scale_rule for role in ("w", "a", "w_bwd", "a_bwd", "g_dgrad", "g_wgrad")}
+    assert rules == {
+        "w": ScaleRule.FLOOR, "a": ScaleRule.FLOOR, "w_bwd": ScaleRule.FLOOR, "a_bwd": ScaleRule.FLOOR,
+        "g_dgrad": ScaleRule.CEIL, "g_wgrad": ScaleRule.CEIL,
+    }  # fmt: skip
+    # a block whose max is 7 × 2^k in E2M1's units under floor: clamped to 6 in W, kept in the gradient
+    x = torch.tensor([7.0] + [1.0] * 31)
+    assert quantize_spec(x, p.spec("w")).max() == 6.0 and quantize_spec(x, p.spec("g_dgrad")).max() == 8.0
+    assert "grad_ceil" in label({"w": "fp4_e2m1", "a": "fp4_e2m1", "grad_scale_rule": "ceil"})
