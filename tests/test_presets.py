@@ -55,6 +55,7 @@ TINY = {
     "lm_block_grads_fresh": [*TINY_LM, "sweep.seeds=[51]"],
     "lm_grad_sr_recipes": [*TINY_LM, "sweep.seeds=[57]"],
     "lm_grad_sr_clamp": [*TINY_LM, "sweep.seeds=[63]"],
+    "lm_grad_sr_gceil": [*TINY_LM, "sweep.seeds=[69]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -189,6 +190,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_block_ceil": (378, 0),  # bf16, E2M1 under E8M0 floor and ceil at 8/16/32, × 9 pairs × seeds 45–50
     "lm_block_grads_fresh": (216, 0),  # bf16 and three FP4 families with bf16 gradients, × 9 × seeds 51–56
     "lm_grad_sr_recipes": (324, 0),  # bf16, NVFP4 and MXFP4 ceil, gradients nearest or SR, × 9 × seeds 57–62
+    "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
     "paper_llm": (2375, 0),
     "proxy_lr_sweep": (4, 0),  # × 12 combinations of hydra.sweeper.params (expanded by the plugin)
@@ -289,6 +291,7 @@ VARIANTS = {
     "lm_block_grads_fresh": "lm_format_error",
     "lm_grad_sr_recipes": "lm_format_error",
     "lm_grad_sr_clamp": "lm_format_error",
+    "lm_grad_sr_gceil": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -627,26 +630,38 @@ _CEIL, _CEIL8, _FLOOR, _FLOOR8 = (
 
 
 @pytest.mark.parametrize(
-    ("preset", "geometry"),
+    ("preset", "geometry", "grads"),
     [
         # 3.11: NVFP4 and E2M1 under E8M0 ceil at the block size the name says
         ("lm_grad_sr_recipes", {"nvfp4": _NVFP4, "nvfp4_sr": _NVFP4, "mxfp4_e2m1_ceil_sr": _CEIL,
-                                "mxfp4_e2m1_ceil_bs8": _CEIL8, "mxfp4_e2m1_ceil_bs8_sr": _CEIL8}),
+                                "mxfp4_e2m1_ceil_bs8": _CEIL8, "mxfp4_e2m1_ceil_bs8_sr": _CEIL8}, {}),
         # 3.12: NVFP4 and E2M1 under OCP's floor rule at the block size the name says
         ("lm_grad_sr_clamp", {"nvfp4": _NVFP4, "nvfp4_sr": _NVFP4, "mxfp4_e2m1": _FLOOR,
                               "mxfp4_e2m1_sr": _FLOOR, "mxfp4_e2m1_bs8": _FLOOR8,
-                              "mxfp4_e2m1_bs8_sr": _FLOOR8}),
+                              "mxfp4_e2m1_bs8_sr": _FLOOR8}, {}),
+        # 3.13: floor everywhere, or floor on weights and activations and ceil on the gradients
+        ("lm_grad_sr_gceil", dict.fromkeys(("mxfp4_e2m1", "mxfp4_e2m1_sr", "mxfp4_e2m1_gceil",
+                                            "mxfp4_e2m1_gceil_sr"), _FLOOR),
+         dict.fromkeys(("mxfp4_e2m1_gceil", "mxfp4_e2m1_gceil_sr"), _CEIL)),
     ],
 )  # fmt: skip
-def test_sr_presets_round_only_the_gradients_stochastically(tmp_path, preset, geometry):
-    """3.11's and 3.12's `_sr` runs round the two gradient roles stochastically and every other role to
-    nearest, each under the geometry its name says."""
-    trained = _role_specs(preset, tmp_path, _geometry)
-    rounding = {
-        label: _role_specs(preset, tmp_path, lambda s: s.rounding.value, roles)
-        for label, roles in (("fwd", ("w", "a", "w_bwd", "a_bwd")), ("grads", ("g_dgrad", "g_wgrad")))
+def test_sr_presets_round_only_the_gradients_stochastically(tmp_path, preset, geometry, grads):
+    """3.11–3.13's `_sr` runs round the two gradient roles stochastically and every other role to
+    nearest, each role under the geometry its name says (the gradients' as the forward's, but where
+    ``grads`` names another)."""
+    fwd_roles, grad_roles = ("w", "a", "w_bwd", "a_bwd"), ("g_dgrad", "g_wgrad")
+    trained = {
+        which: _role_specs(preset, tmp_path, _geometry, roles)
+        for which, roles in (("fwd", fwd_roles), ("grads", grad_roles))
     }
-    assert {k: v for k, v in trained.items() if k != "bf16"} == {k: {g} for k, g in geometry.items()}
+    rounding = {
+        which: _role_specs(preset, tmp_path, lambda s: s.rounding.value, roles)
+        for which, roles in (("fwd", fwd_roles), ("grads", grad_roles))
+    }
+    assert {k: v for k, v in trained["fwd"].items() if k != "bf16"} == {k: {g} for k, g in geometry.items()}
+    assert {k: v for k, v in trained["grads"].items() if k != "bf16"} == {
+        k: {grads.get(k, g)} for k, g in geometry.items()
+    }
     assert all(rounding["fwd"][k] == {"even"} for k in geometry)
     assert {k: rounding["grads"][k] for k in geometry} == {
         k: {"stochastic" if k.endswith("_sr") else "even"} for k in geometry
