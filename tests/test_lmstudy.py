@@ -1043,7 +1043,8 @@ def test_block_grads_fresh_section_replicates_d3_beside_the_seeds_it_failed_on(t
 def _sr_section(spec, labels, seeds, run):
     """``section(offsets, spec=spec)``: the text of a stochastic-rounding section (3.11, 3.12) on a
     frame of bf16 and ``labels`` (NVFP4 where the name starts so, E2M1 otherwise; blocks of 8 where it
-    says `bs8`, the ceil rule where it says `ceil`, SR gradients where it ends in `_sr`), whose bf16 runs
+    says `bs8`, the ceil rule where it says `_ceil`, on the gradients alone where it says `_gceil`, SR
+    gradients where it ends in `_sr`), whose bf16 runs
     live in ``run`` (measured by ``train.tensor_error`` where it holds its file); the document in
     ``run``'s grandparent."""
     from analysis.results.common import Source, _Doc
@@ -1059,7 +1060,8 @@ def _sr_section(spec, labels, seeds, run):
         name = df["sweep.precision"]
         src.df = df.assign(**{
             "precision.block_size": np.where(name.str.contains("bs8"), 8, 32),
-            "precision.scale_rule": np.where(name.str.contains("ceil"), "ceil", "floor"),
+            "precision.scale_rule": np.where(name.str.contains("_ceil"), "ceil", "floor"),
+            "precision.grad_scale_rule": np.where(name.str.contains("_gceil"), "ceil", None),
             "precision.grad_rounding": np.where(name.str.endswith("_sr"), "stochastic", None),
             "path": np.where(name.eq("bf16"), str(run), "nowhere"),
         })  # fmt: skip
@@ -1147,6 +1149,48 @@ def test_grad_sr_clamp_section_decides_on_floor_at_8_and_shows_the_norm_index(tm
     # SR costs floor at 8 but no longer helps NVFP4: partially
     text = section({**predicted, "nvfp4_sr": 0.12})
     assert f"**{PARTIAL.capitalize()}.**" in text and "V1, V2 held; V3 did not." in text
+
+
+def test_grad_sr_gceil_section_names_the_gradients_rule_and_shows_both_rules_tensors(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED
+    from analysis.results.preregistered import GRAD_SR_GCEIL
+
+    run = tmp_path / "gceil" / "bf16_0"
+    run.mkdir(parents=True)
+    row = {"step": 10}
+    for rule, (mse, flushed, norm) in {"floor": (0.018, 0.21, 0.960), "ceil": (0.015, 0.25, 1.002)}.items():
+        for o in ("W", "X", "dY", "X_T", "dY_T"):
+            row |= {f"rel_mse/{o}/fp4_e2m1/{rule}": mse, f"flushed/{o}/fp4_e2m1/{rule}": flushed}
+            row |= {f"norm/{o}/fp4_e2m1/{rule}": norm}
+    (run / "tensor_error.jsonl").write_text(json.dumps(row) + "\n")
+    labels = ("mxfp4_e2m1", "mxfp4_e2m1_sr", "mxfp4_e2m1_gceil", "mxfp4_e2m1_gceil_sr")
+    section = _sr_section(GRAD_SR_GCEIL, labels, (69, 70, 71), run)
+
+    predicted = {
+        "mxfp4_e2m1": 0.15,
+        "mxfp4_e2m1_sr": 0.17,
+        "mxfp4_e2m1_gceil": 0.25,
+        "mxfp4_e2m1_gceil_sr": 0.08,
+    }
+    text = section(predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "W1, W2, W3 held." in text
+    # the family names the gradients' rule; both rules' tensors are in the table, ceil over floor stated
+    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| E8M0")]
+    assert [(r[0][2:], r[1], r[2]) for r in table] == [
+        ("E8M0 alone, blocks of 32", "mxfp4_e2m1", "to nearest"),
+        ("E8M0 alone, blocks of 32", "mxfp4_e2m1_sr", "stochastic"),
+        ("E8M0 alone, ceil rule on the gradients, blocks of 32", "mxfp4_e2m1_gceil", "to nearest"),
+        ("E8M0 alone, ceil rule on the gradients, blocks of 32", "mxfp4_e2m1_gceil_sr", "stochastic"),
+    ]
+    assert "| fp4_e2m1 | floor |" in text and "| fp4_e2m1 | ceil |" in text
+    assert "fp4_e2m1: MSE ×0.83–0.83" in text
+    # a run whose gradients differ from its forward's rule has no single price: only floor's is priced
+    assert "| W3 | mxfp4_e2m1_gceil worse than mxfp4_e2m1 | – |" in text
+    # SR still costs with ceil gradients: the deciding prediction fails
+    assert f"**{NOT.capitalize()}.**" in section({**predicted, "mxfp4_e2m1_gceil_sr": 0.27})
+    # SR helps, but ceil gradients cost nothing with nearest rounding: partially
+    text = section({**predicted, "mxfp4_e2m1_gceil": 0.15, "mxfp4_e2m1_gceil_sr": 0.08})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "W1, W2 held; W3 did not." in text
 
 
 def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():

@@ -5,8 +5,8 @@ ceil's cost for E2M1 the gradients' rounding to nearest?), 3.5 (study 2's invers
 gradients of LM training), 3.6 (UE5M3-alone's cost there is the gradients'), 3.7 (with NVFP4's
 per-tensor scale UE5M3 trains as NVFP4 does), 3.8 (finer MXFP4 blocks help: the loss follows the
 values flushed to 0, not the MSE), 3.9 (without the floor rule's clamp finer MXFP4 blocks help more),
-3.10 (3.6's D3 on fresh seeds), 3.11 (where stochastic rounding of the gradients helps) and 3.12
-(where it costs: under the floor rule's clamp).
+3.10 (3.6's D3 on fresh seeds), 3.11 (where stochastic rounding of the gradients helps), 3.12
+(where it costs: under the floor rule's clamp) and 3.13 (the gradients' clamp).
 """
 
 from __future__ import annotations
@@ -429,6 +429,38 @@ GRAD_SR_CLAMP = Preregistered(
 )
 """3.12, as fixed in conf/experiment/lm_grad_sr_clamp.yaml before it ran."""
 
+GRAD_SR_GCEIL = Preregistered(
+    title="3.13 Stochastic rounding costs under the floor rule through the gradients' clamp (pre-registered)",
+    why=(
+        "Stochastic rounding (SR) of the gradients cost E2M1 under floor at blocks of 32 (3.4, 3.12) and "
+        "8 (3.12) and helped every format whose scale does not clamp the block's max (ceil, NVFP4; 3.4, "
+        "3.11, 3.12). Floor shrinks every operand of the trained tensors, the gradients most (‖Q(t)‖/‖t‖ "
+        "on the 162 bf16 runs of 3.9, 3.11 and 3.12: W 0.984, X 0.984, dY 0.960, dY_T 0.959; ceil: dY "
+        "1.002, dY_T 1.004). 3.12 did not say which tensors' clamp SR pays for. The hypothesis: the "
+        "gradients'. `precision.grad_scale_rule=ceil` takes the clamp off the two gradient roles alone, "
+        "weights and activations keeping floor's; SR should then help as under ceil, and 3.4's reading, "
+        "that ceil's cost for E2M1 lies in rounding the gradients to nearest, says ceil on the gradients "
+        "alone costs with nearest rounding. E2M1 in blocks of 32 under floor everywhere or with ceil "
+        "gradients, the gradients rounded to nearest or stochastically. Tests as in 3.2."
+    ),
+    preset="lm_grad_sr_gceil",
+    predictions=(
+        Prediction("W1", "mxfp4_e2m1_gceil", "mxfp4_e2m1_gceil_sr"),
+        Prediction("W2", "mxfp4_e2m1_sr", "mxfp4_e2m1_gceil_sr"),
+        Prediction("W3", "mxfp4_e2m1_gceil", "mxfp4_e2m1"),
+        Prediction("floor SR", "mxfp4_e2m1_sr", "mxfp4_e2m1", measured=True),
+        Prediction("recipe", "mxfp4_e2m1_gceil_sr", "mxfp4_e2m1", measured=True),
+    ),
+    decide=("W1", "W2", "W3"),
+    first="W1",
+    contrast="Measured beside them: floor SR, 3.12's V1 on fresh seeds; recipe, floor on weights and "
+    "activations with ceil SR gradients against OCP's default (floor, nearest) throughout.",
+    price="tensors",
+    figure="rounding",
+    metrics=("rel_mse", "flushed", "norm"),
+)
+"""3.13, as fixed in conf/experiment/lm_grad_sr_gceil.yaml before it ran."""
+
 
 def _num(value: float, spec: str) -> str:
     """``value`` formatted, or "–" where it is NaN (no pairs yet)."""
@@ -656,7 +688,9 @@ def _tensor_errors(
     if table.empty:
         return
     geometry = lmstudy.block_geometry(df)
+    # each rule a run trained under, the gradients' own included
     trained = set(zip(geometry["name"], geometry["rule"], strict=True))
+    trained |= set(zip(geometry["name"], geometry["grad_rule"], strict=True))
     table = table[[(f, r) in trained for f, r in zip(table["format"], table["rule"], strict=True)]]
     if table.empty:
         return
@@ -1010,5 +1044,6 @@ PREREGISTERED = (
     BLOCK_GRADS_FRESH,
     GRAD_SR_RECIPES,
     GRAD_SR_CLAMP,
+    GRAD_SR_GCEIL,
 )
 """The pre-registered sections, in the document's order."""
