@@ -10,7 +10,7 @@ from launching import REPO
 
 from analysis.results import summary
 
-ROW = re.compile(r"^\| (\d\.\d) [^|]*\| ([^|]+) \|")
+ROW = re.compile(r"^\| (\d\.\d+) [^|]*\| ([^|]+) \|")  # 3.10 and on: two digits
 
 
 def test_the_readme_verdicts_are_the_documents():
