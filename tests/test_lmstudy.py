@@ -1193,6 +1193,27 @@ def test_grad_sr_gceil_section_names_the_gradients_rule_and_shows_both_rules_ten
     assert f"**{PARTIAL.capitalize()}.**" in text and "W1, W2 held; W3 did not." in text
 
 
+def test_grad_sr_forward_section_tests_equivalence_of_the_forward_rules(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED
+    from analysis.results.preregistered import GRAD_SR_FORWARD
+
+    labels = ("nvfp4_sr", "mxfp4_e2m1_ceil_sr", "mxfp4_e2m1_gceil_sr")
+    section = _sr_section(GRAD_SR_FORWARD, labels, (75, 76, 77), tmp_path / "fwd" / "bf16_0")
+    predicted = {"nvfp4_sr": 0.060, "mxfp4_e2m1_ceil_sr": 0.068, "mxfp4_e2m1_gceil_sr": 0.068}
+    text = section(predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "X1, X2 held." in text
+    assert "| X1 | mxfp4_e2m1_ceil_sr ≡ mxfp4_e2m1_gceil_sr (±0.0075) |" in text
+    # every point has stochastic gradients: the figure says so, and no SR-minus-nearest line
+    assert "Stochastic minus nearest" not in text
+    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith(("| E8M0", "| UE4M3"))]
+    assert [r[2] for r in table] == ["stochastic"] * 3
+    assert (tmp_path / "docs" / "figures" / "lm_grad_sr_forward.png").exists()
+    # NVFP4 no longer ahead: partially; the forward's rule matters: not
+    text = section({**predicted, "nvfp4_sr": 0.068})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "X2 did not" in text
+    assert f"**{NOT.capitalize()}.**" in section({**predicted, "mxfp4_e2m1_gceil_sr": 0.10})
+
+
 def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():
     pts = pd.DataFrame(
         [("UE4M3 + per-tensor scale", "fp4_e2m1 (the family's)", True, 0.1, 0.01),
