@@ -1041,10 +1041,10 @@ def test_block_grads_fresh_section_replicates_d3_beside_the_seeds_it_failed_on(t
 
 
 def _sr_section(spec, labels, seeds, run):
-    """``section(offsets, spec=spec)``: the text of a stochastic-rounding section (3.11, 3.12) on a
-    frame of bf16 and ``labels`` (NVFP4 where the name starts so, E2M1 otherwise; blocks of 8 where it
-    says `bs8`, the ceil rule where it says `_ceil`, on the gradients alone where it says `_gceil`, SR
-    gradients where it ends in `_sr`), whose bf16 runs
+    """``section(offsets, spec=spec)``: the text of a stochastic-rounding section (3.11–3.15) on a
+    frame of bf16 and ``labels`` (NVFP4 where the name starts so, E2M1 otherwise; blocks of 8 or 16
+    where it says `bs8` or `bs16`, the ceil rule where it says `_ceil`, on the gradients alone where it
+    says `_gceil`, SR gradients where it ends in `_sr`), whose bf16 runs
     live in ``run`` (measured by ``train.tensor_error`` where it holds its file); the document in
     ``run``'s grandparent."""
     from analysis.results.common import Source, _Doc
@@ -1059,7 +1059,9 @@ def _sr_section(spec, labels, seeds, run):
         df = frame(formats=formats, seeds=seeds, offsets=offsets, rng_seed=seeds[0])
         name = df["sweep.precision"]
         src.df = df.assign(**{
-            "precision.block_size": np.where(name.str.contains("bs8"), 8, 32),
+            "precision.block_size": np.select(
+                [name.str.contains("bs8"), name.str.contains("bs16")], [8, 16], 32
+            ),
             "precision.scale_rule": np.where(name.str.contains("_ceil"), "ceil", "floor"),
             "precision.grad_scale_rule": np.where(name.str.contains("_gceil"), "ceil", None),
             "precision.grad_rounding": np.where(name.str.endswith("_sr"), "stochastic", None),
@@ -1212,6 +1214,35 @@ def test_grad_sr_forward_section_tests_equivalence_of_the_forward_rules(tmp_path
     text = section({**predicted, "nvfp4_sr": 0.068})
     assert f"**{PARTIAL.capitalize()}.**" in text and "X2 did not" in text
     assert f"**{NOT.capitalize()}.**" in section({**predicted, "mxfp4_e2m1_gceil_sr": 0.10})
+
+
+def test_grad_sr_blocks_section_sets_the_recipe_at_each_block_size_beside_nvfp4(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED
+    from analysis.results.preregistered import GRAD_SR_BLOCKS
+
+    labels = ("nvfp4_sr", "mxfp4_e2m1_gceil_sr", "mxfp4_e2m1_bs16_gceil_sr", "mxfp4_e2m1_bs8_gceil_sr")
+    section = _sr_section(GRAD_SR_BLOCKS, labels, (81, 82, 83), tmp_path / "blk" / "bf16_0")
+    predicted = {
+        "nvfp4_sr": 0.060,
+        "mxfp4_e2m1_gceil_sr": 0.075,
+        "mxfp4_e2m1_bs16_gceil_sr": 0.068,
+        "mxfp4_e2m1_bs8_gceil_sr": 0.066,
+    }
+    text = section(predicted)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "Z1, Z2, Z3 held." in text
+    # one family at three block sizes, coarsest first, then NVFP4; every point's gradients stochastic
+    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith(("| E8M0", "| UE4M3"))]
+    assert [r[1] for r in table] == [
+        "mxfp4_e2m1_gceil_sr", "mxfp4_e2m1_bs16_gceil_sr", "mxfp4_e2m1_bs8_gceil_sr", "nvfp4_sr"
+    ]  # fmt: skip
+    assert table[1][0] == "| E8M0 alone, ceil rule on the gradients, blocks of 16"
+    assert [r[2] for r in table] == ["stochastic"] * 4
+    assert "| 16 → 8 | mxfp4_e2m1_bs16_gceil_sr − mxfp4_e2m1_bs8_gceil_sr (measured" in text
+    assert (tmp_path / "docs" / "figures" / "lm_grad_sr_blocks.png").exists()
+    # the recipe catches NVFP4 at 8 but not at 16: partially; at 16 too: not (Z2 decides)
+    text = section({**predicted, "mxfp4_e2m1_bs8_gceil_sr": 0.055})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "Z1, Z2 held; Z3 did not." in text
+    assert f"**{NOT.capitalize()}.**" in section({**predicted, "mxfp4_e2m1_bs16_gceil_sr": 0.055})
 
 
 def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():
