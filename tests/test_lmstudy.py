@@ -780,6 +780,11 @@ def test_block_scale_section_prices_by_the_tensors_and_draws_the_block_sizes(tmp
     assert f"**{PARTIAL.capitalize()}.**" in text and "B2 did not" in text
 
 
+def _rows(text, *starts):
+    """The first three cells of the Markdown table rows of ``text`` that start with one of ``starts``."""
+    return [line.split(" | ")[:3] for line in text.splitlines() if line.startswith(starts)]
+
+
 def test_block_global_section_judges_ue5m3_under_a_per_tensor_scale_against_nvfp4(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
     from analysis.results.preregistered import BLOCK_GLOBAL, _unstable
@@ -798,7 +803,7 @@ def test_block_global_section_judges_ue5m3_under_a_per_tensor_scale_against_nvfp
     assert f"**{REPRODUCED.capitalize()}.**" in text and "E1, E2, E3 held." in text
     assert "| E2 | ue5m3_global_bs16 ≡ nvfp4 (±0.0075) | 1.01 |" in text  # 0.0081 / 0.0080
     assert "within 5 % of each other the model predicts a gap near 0; measured (Δ [90 % CI]): E2 " in text
-    families = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| UE")]
+    families = _rows(text, "| UE")
     assert families[:5] == [  # by scale format, each with its per-tensor scale first, whatever the labels
         ["| UE4M3 + per-tensor scale", "16", "nvfp4"],
         *(["| UE5M3 + per-tensor scale", str(b), f"ue5m3_global_bs{b}"] for b in (8, 16, 32)),
@@ -839,7 +844,7 @@ def test_block_e8m0_section_sets_the_flushed_share_against_the_mse(tmp_path):
     assert f"**{REPRODUCED.capitalize()}.**" in text and "F1, F2, F3 held." in text
     assert "| F1 | mxfp4_e2m1 worse than mxfp4_e2m1_bs8 | 0.99 |" in text  # 0.0159 / 0.0160
     assert "the model predicts a gap near 0; measured (Δ [90 % CI]): F1 " in text
-    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| E8M0 alone")]
+    table = _rows(text, "| E8M0 alone")
     assert [t[1:] for t in table[:3]] == [
         ["8", "mxfp4_e2m1_bs8"],
         ["16", "mxfp4_e2m1_bs16"],
@@ -875,7 +880,7 @@ def test_block_ceil_section_sets_the_rules_side_by_side_at_each_block_size(tmp_p
     c2 = next(line for line in text.splitlines() if line.startswith("| C2 |")).split(" | ")
     assert float(c2[5].split(" ± ")[0]) == pytest.approx(0.13, abs=0.005)  # (0.33 − 0.18) − (0.15 − 0.13)
     # both rules' families, floor first, each block size once; the ceil family in words
-    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| E8M0 alone")]
+    table = _rows(text, "| E8M0 alone")
     assert [(t[0][2:], t[1]) for t in table[:6]] == [
         (family, str(b)) for family in ("E8M0 alone", "E8M0 alone, ceil rule") for b in (8, 16, 32)
     ]
@@ -1087,7 +1092,7 @@ def test_grad_sr_recipes_section_splits_each_format_by_its_gradients_rounding(tm
     text = section(predicted)
     assert f"**{REPRODUCED.capitalize()}.**" in text and "T1, T2, T3 held." in text
     # each format by its family and block size, coarsest first, rounded to nearest before stochastically
-    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith(("| E8M0", "| UE4M3"))]
+    table = _rows(text, "| E8M0", "| UE4M3")
     assert [(r[0][2:], r[1], r[2]) for r in table] == [
         ("E8M0 alone, ceil rule, blocks of 32", "mxfp4_e2m1_ceil_sr", "stochastic"),
         ("E8M0 alone, ceil rule, blocks of 8", "mxfp4_e2m1_ceil_bs8", "to nearest"),
@@ -1177,7 +1182,7 @@ def test_grad_sr_gceil_section_names_the_gradients_rule_and_shows_both_rules_ten
     text = section(predicted)
     assert f"**{REPRODUCED.capitalize()}.**" in text and "W1, W2, W3 held." in text
     # the family names the gradients' rule; both rules' tensors are in the table, ceil over floor stated
-    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| E8M0")]
+    table = _rows(text, "| E8M0")
     assert [(r[0][2:], r[1], r[2]) for r in table] == [
         ("E8M0 alone, blocks of 32", "mxfp4_e2m1", "to nearest"),
         ("E8M0 alone, blocks of 32", "mxfp4_e2m1_sr", "stochastic"),
@@ -1207,7 +1212,7 @@ def test_grad_sr_forward_section_tests_equivalence_of_the_forward_rules(tmp_path
     assert "| X1 | mxfp4_e2m1_ceil_sr ≡ mxfp4_e2m1_gceil_sr (±0.0075) |" in text
     # every point has stochastic gradients: the figure says so, and no SR-minus-nearest line
     assert "Stochastic minus nearest" not in text
-    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith(("| E8M0", "| UE4M3"))]
+    table = _rows(text, "| E8M0", "| UE4M3")
     assert [r[2] for r in table] == ["stochastic"] * 3
     assert (tmp_path / "docs" / "figures" / "lm_grad_sr_forward.png").exists()
     # NVFP4 no longer ahead: partially; the forward's rule matters: not
@@ -1231,7 +1236,7 @@ def test_grad_sr_blocks_section_sets_the_recipe_at_each_block_size_beside_nvfp4(
     text = section(predicted)
     assert f"**{REPRODUCED.capitalize()}.**" in text and "Z1, Z2, Z3 held." in text
     # one family at three block sizes, coarsest first, then NVFP4; every point's gradients stochastic
-    table = [line.split(" | ")[:3] for line in text.splitlines() if line.startswith(("| E8M0", "| UE4M3"))]
+    table = _rows(text, "| E8M0", "| UE4M3")
     assert [r[1] for r in table] == [
         "mxfp4_e2m1_gceil_sr", "mxfp4_e2m1_bs16_gceil_sr", "mxfp4_e2m1_bs8_gceil_sr", "nvfp4_sr"
     ]  # fmt: skip
