@@ -1244,10 +1244,27 @@ def test_grad_sr_blocks_section_sets_the_recipe_at_each_block_size_beside_nvfp4(
     assert [r[2] for r in table] == ["stochastic"] * 4
     assert "| 16 → 8 | mxfp4_e2m1_bs16_gceil_sr − mxfp4_e2m1_bs8_gceil_sr (measured" in text
     assert (tmp_path / "docs" / "figures" / "lm_grad_sr_blocks.png").exists()
+    assert "Over the per-seed mean Δ (the stricter check) the same predictions hold." in text
     # the recipe catches NVFP4 at 8 but not at 16: partially; at 16 too: not (Z2 decides)
     text = section({**predicted, "mxfp4_e2m1_bs8_gceil_sr": 0.055})
     assert f"**{PARTIAL.capitalize()}.**" in text and "Z1, Z2 held; Z3 did not." in text
     assert f"**{NOT.capitalize()}.**" in section({**predicted, "mxfp4_e2m1_bs16_gceil_sr": 0.055})
+
+
+def test_seed_check_gives_the_verdict_again_over_the_seed_means():
+    """A prediction that holds over the runs but not over the per-seed means (runs of a seed are not
+    independent) is named, with the verdict the seed means would give; where they agree, one line."""
+    from analysis.results.common import NOT, PARTIAL
+    from analysis.results.preregistered import GRAD_SR_BLOCKS, _seed_check
+
+    held = {"Z1": True, "Z2": True, "Z3": True}
+    assert _seed_check(GRAD_SR_BLOCKS, held, held) == (
+        "Over the per-seed mean Δ (the stricter check) the same predictions hold."
+    )
+    text = _seed_check(GRAD_SR_BLOCKS, held, {**held, "Z3": False})
+    assert "Z1, Z2 held (Z3 changed)" in text and text.endswith(f"would be {PARTIAL}.")
+    text = _seed_check(GRAD_SR_BLOCKS, {**held, "Z1": False}, {"Z1": True, "Z2": False, "Z3": True})
+    assert "Z1, Z3 held (Z1, Z2 changed)" in text and text.endswith(f"would be {NOT}.")
 
 
 def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradients():
