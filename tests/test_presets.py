@@ -58,6 +58,7 @@ TINY = {
     "lm_grad_sr_gceil": [*TINY_LM, "sweep.seeds=[69]"],
     "lm_grad_sr_forward": [*TINY_LM, "sweep.seeds=[75]"],
     "lm_grad_sr_blocks": [*TINY_LM, "sweep.seeds=[81]"],
+    "lm_grad_sr_equiv": [*TINY_LM, "sweep.seeds=[87]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -194,6 +195,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_grad_sr_recipes": (324, 0),  # bf16, NVFP4 and MXFP4 ceil, gradients nearest or SR, × 9 × seeds 57–62
     "lm_grad_sr_forward": (216, 0),  # bf16, NVFP4 and MXFP4 ceil or floor forward, all SR, × 9 × 75–80
     "lm_grad_sr_blocks": (270, 0),  # bf16, NVFP4 and the MXFP4 recipe at 8/16/32, all SR, × 9 × 81–86
+    "lm_grad_sr_equiv": (216, 0),  # bf16, NVFP4 and the MXFP4 recipe at 32, all SR, × 9 × seeds 87–94
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
     "paper_llm": (2375, 0),
@@ -298,6 +300,7 @@ VARIANTS = {
     "lm_grad_sr_gceil": "lm_format_error",
     "lm_grad_sr_forward": "lm_format_error",
     "lm_grad_sr_blocks": "lm_format_error",
+    "lm_grad_sr_equiv": "lm_format_error",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -657,10 +660,13 @@ _CEIL, _CEIL16, _CEIL8, _FLOOR, _FLOOR16, _FLOOR8 = (
                                "mxfp4_e2m1_bs16_gceil_sr": _FLOOR16, "mxfp4_e2m1_bs8_gceil_sr": _FLOOR8},
          {"mxfp4_e2m1_gceil_sr": _CEIL, "mxfp4_e2m1_bs16_gceil_sr": _CEIL16,
           "mxfp4_e2m1_bs8_gceil_sr": _CEIL8}),
+        # 3.16: the recipe at 32 beside NVFP4, both with SR gradients
+        ("lm_grad_sr_equiv", {"nvfp4_sr": _NVFP4, "mxfp4_e2m1_gceil_sr": _FLOOR},
+         {"mxfp4_e2m1_gceil_sr": _CEIL}),
     ],
 )  # fmt: skip
 def test_sr_presets_round_only_the_gradients_stochastically(tmp_path, preset, geometry, grads):
-    """3.11–3.15's `_sr` runs round the two gradient roles stochastically and every other role to
+    """3.11–3.16's `_sr` runs round the two gradient roles stochastically and every other role to
     nearest, each role under the geometry its name says (the gradients' as the forward's, but where
     ``grads`` names another)."""
     fwd_roles, grad_roles = ("w", "a", "w_bwd", "a_bwd"), ("g_dgrad", "g_wgrad")
