@@ -1251,6 +1251,21 @@ def test_grad_sr_blocks_section_sets_the_recipe_at_each_block_size_beside_nvfp4(
     assert f"**{NOT.capitalize()}.**" in section({**predicted, "mxfp4_e2m1_bs16_gceil_sr": 0.055})
 
 
+def test_grad_sr_equiv_section_decides_on_equivalence_alone(tmp_path):
+    from analysis.results.common import NOT, REPRODUCED
+    from analysis.results.preregistered import GRAD_SR_EQUIV
+
+    labels = ("nvfp4_sr", "mxfp4_e2m1_gceil_sr")
+    section = _sr_section(GRAD_SR_EQUIV, labels, (87, 88, 89), tmp_path / "eq" / "bf16_0")
+    text = section({"nvfp4_sr": 0.060, "mxfp4_e2m1_gceil_sr": 0.061})
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "On the fresh seeds: Q1 held." in text
+    assert "| Q1 | mxfp4_e2m1_gceil_sr ≡ nvfp4_sr (±0.0075) |" in text
+    assert "Rule: reproduced when Q1 holds; not when Q1 fails." in text
+    # a gap past the margin either way: not
+    assert f"**{NOT.capitalize()}.**" in section({"nvfp4_sr": 0.060, "mxfp4_e2m1_gceil_sr": 0.075})
+    assert f"**{NOT.capitalize()}.**" in section({"nvfp4_sr": 0.075, "mxfp4_e2m1_gceil_sr": 0.060})
+
+
 def test_seed_check_gives_the_verdict_again_over_the_seed_means():
     """A prediction that holds over the runs but not over the per-seed means (runs of a seed are not
     independent) is named, with the verdict the seed means would give; where they agree, one line."""
