@@ -548,7 +548,8 @@ MX4 = {  # the four formats of results 3.2, all at m = 1: their gaps come from `
 
 def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp_path):
     from analysis.results.common import NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.preregistered import FORMAT_ERROR, preregistered_section
+    from analysis.results.preregistered import preregistered_section
+    from analysis.results.preregistered_claims import FORMAT_ERROR
 
     def source(name, seeds, offsets):
         src = Source(name, f"python launch.py -m experiment={name}", tmp_path / name)
@@ -582,7 +583,8 @@ def test_format_error_section_judges_the_predictions_on_the_fresh_seeds_only(tmp
 
 def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_lacks(tmp_path):
     from analysis.results.common import REPRODUCED, Source, _Doc
-    from analysis.results.preregistered import SCALE_RULE, preregistered_section
+    from analysis.results.preregistered import preregistered_section
+    from analysis.results.preregistered_claims import SCALE_RULE
 
     formats = {k: MX4[k] for k in ("bf16", "mxfp8_e4m3", "mxfp6_e2m3")}
     formats |= {"mxfp8_e4m3_ceil": MX4["mxfp8_e4m3"], "mxfp6_e2m3_ceil": MX4["mxfp6_e2m3"]}
@@ -640,7 +642,8 @@ def test_scale_rule_section_reads_each_runs_rule_and_skips_what_the_old_sample_l
 
 def test_grad_sr_section_needs_its_first_prediction_and_skips_the_bf16_figure(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.preregistered import GRAD_SR, preregistered_section
+    from analysis.results.preregistered import preregistered_section
+    from analysis.results.preregistered_claims import GRAD_SR
 
     e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
     labels = ("mxfp4_e2m1", "mxfp4_e2m1_ceil", "mxfp4_e2m1_sr", "mxfp4_e2m1_ceil_sr")
@@ -732,7 +735,7 @@ def _block_section(sweep, spec, geometry, mse, seeds, flushed):
 
 def test_block_scale_section_prices_by_the_tensors_and_draws_the_block_sizes(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import BLOCK_SCALE
+    from analysis.results.preregistered_claims import BLOCK_SCALE
 
     geometry = {  # label → (block, scale, per-tensor scale)
         "nvfp4_bs8": (8, "ue4m3", True), "nvfp4": (16, "ue4m3", True), "nvfp4_bs32": (32, "ue4m3", True),
@@ -787,7 +790,8 @@ def _rows(text, *starts):
 
 def test_block_global_section_judges_ue5m3_under_a_per_tensor_scale_against_nvfp4(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import BLOCK_GLOBAL, _unstable
+    from analysis.results.preregistered import _unstable
+    from analysis.results.preregistered_claims import BLOCK_GLOBAL
 
     geometry = {
         "nvfp4": (16, "ue4m3", True), "ue5m3_bs16": (16, "ue5m3", False),
@@ -831,7 +835,7 @@ def test_block_global_section_judges_ue5m3_under_a_per_tensor_scale_against_nvfp
 
 def test_block_e8m0_section_sets_the_flushed_share_against_the_mse(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import BLOCK_E8M0
+    from analysis.results.preregistered_claims import BLOCK_E8M0
 
     geometry = {
         "mxfp4_e2m1_bs8": (8, "e8m0", False), "mxfp4_e2m1_bs16": (16, "e8m0", False),
@@ -861,7 +865,7 @@ def test_block_e8m0_section_sets_the_flushed_share_against_the_mse(tmp_path):
 
 def test_block_ceil_section_sets_the_rules_side_by_side_at_each_block_size(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import BLOCK_CEIL
+    from analysis.results.preregistered_claims import BLOCK_CEIL
 
     def label(rule, b):
         return f"mxfp4_e2m1{'_ceil' if rule == 'ceil' else ''}{'' if b == 32 else f'_bs{b}'}"
@@ -957,7 +961,8 @@ def test_gradients_kept_in_high_precision_make_a_hybrid_and_keep_their_geometry(
 
 def test_block_grads_section_splits_each_family_by_its_gradients(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.preregistered import BLOCK_GRADS, preregistered_section
+    from analysis.results.preregistered import preregistered_section
+    from analysis.results.preregistered_claims import BLOCK_GRADS
 
     e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
     geometry = {"nvfp4": ("ue4m3", True), "nvfp4_bf16g": ("ue4m3", True), "ue5m3_bs16": ("ue5m3", False),
@@ -994,7 +999,8 @@ def test_block_grads_section_splits_each_family_by_its_gradients(tmp_path):
 
 def test_block_grads_fresh_section_replicates_d3_beside_the_seeds_it_failed_on(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.preregistered import BLOCK_GRADS_FRESH, preregistered_section
+    from analysis.results.preregistered import preregistered_section
+    from analysis.results.preregistered_claims import BLOCK_GRADS_FRESH
 
     e2m1 = FORMATS["mxfp4_e2m1"][:3] + (1.0,)
     geometry = {"nvfp4_bf16g": ("ue4m3", True), "ue5m3_bs16_bf16g": ("ue5m3", False),
@@ -1081,7 +1087,7 @@ def _sr_section(spec, labels, seeds, run):
 
 def test_grad_sr_recipes_section_splits_each_format_by_its_gradients_rounding(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import GRAD_SR_RECIPES
+    from analysis.results.preregistered_claims import GRAD_SR_RECIPES
 
     labels = ("nvfp4", "nvfp4_sr", "mxfp4_e2m1_ceil_sr", "mxfp4_e2m1_ceil_bs8", "mxfp4_e2m1_ceil_bs8_sr")
     section = _sr_section(GRAD_SR_RECIPES, labels, (57, 58, 59), tmp_path / "r" / "bf16_0")
@@ -1116,7 +1122,7 @@ def test_grad_sr_clamp_section_decides_on_floor_at_8_and_shows_the_norm_index(tm
     import dataclasses
 
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import GRAD_SR_CLAMP
+    from analysis.results.preregistered_claims import GRAD_SR_CLAMP
     from records.precision import block_name
 
     # one measured bf16 run: floor shrinks the tensors (norm < 1), more at 8; NVFP4 keeps their size
@@ -1160,7 +1166,7 @@ def test_grad_sr_clamp_section_decides_on_floor_at_8_and_shows_the_norm_index(tm
 
 def test_grad_sr_gceil_section_names_the_gradients_rule_and_shows_both_rules_tensors(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import GRAD_SR_GCEIL
+    from analysis.results.preregistered_claims import GRAD_SR_GCEIL
 
     run = tmp_path / "gceil" / "bf16_0"
     run.mkdir(parents=True)
@@ -1202,7 +1208,7 @@ def test_grad_sr_gceil_section_names_the_gradients_rule_and_shows_both_rules_ten
 
 def test_grad_sr_forward_section_tests_equivalence_of_the_forward_rules(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import GRAD_SR_FORWARD
+    from analysis.results.preregistered_claims import GRAD_SR_FORWARD
 
     labels = ("nvfp4_sr", "mxfp4_e2m1_ceil_sr", "mxfp4_e2m1_gceil_sr")
     section = _sr_section(GRAD_SR_FORWARD, labels, (75, 76, 77), tmp_path / "fwd" / "bf16_0")
@@ -1223,7 +1229,7 @@ def test_grad_sr_forward_section_tests_equivalence_of_the_forward_rules(tmp_path
 
 def test_grad_sr_blocks_section_sets_the_recipe_at_each_block_size_beside_nvfp4(tmp_path):
     from analysis.results.common import NOT, PARTIAL, REPRODUCED
-    from analysis.results.preregistered import GRAD_SR_BLOCKS
+    from analysis.results.preregistered_claims import GRAD_SR_BLOCKS
 
     # Δ vs bf16 by label: finer blocks help the recipe, NVFP4 stays ahead of it at every block size
     predicted = dict(nvfp4_sr=0.06, mxfp4_e2m1_gceil_sr=0.075, mxfp4_e2m1_bs16_gceil_sr=0.068,
@@ -1249,7 +1255,7 @@ def test_grad_sr_blocks_section_sets_the_recipe_at_each_block_size_beside_nvfp4(
 
 def test_grad_sr_equiv_section_decides_on_equivalence_alone(tmp_path):
     from analysis.results.common import NOT, REPRODUCED
-    from analysis.results.preregistered import GRAD_SR_EQUIV
+    from analysis.results.preregistered_claims import GRAD_SR_EQUIV
 
     labels = ("nvfp4_sr", "mxfp4_e2m1_gceil_sr")
     section = _sr_section(GRAD_SR_EQUIV, labels, (87, 88, 89), tmp_path / "eq" / "bf16_0")
@@ -1266,7 +1272,8 @@ def test_seed_check_gives_the_verdict_again_over_the_seed_means():
     """A prediction that holds over the runs but not over the per-seed means (runs of a seed are not
     independent) is named, with the verdict the seed means would give; where they agree, one line."""
     from analysis.results.common import NOT, PARTIAL
-    from analysis.results.preregistered import GRAD_SR_BLOCKS, _seed_check
+    from analysis.results.preregistered import _seed_check
+    from analysis.results.preregistered_claims import GRAD_SR_BLOCKS
 
     held = {"Z1": True, "Z2": True, "Z3": True}
     assert _seed_check(GRAD_SR_BLOCKS, held, held) == (

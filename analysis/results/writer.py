@@ -12,7 +12,8 @@ from typing import Any
 from analysis.results.blocksize import blocksize_claims
 from analysis.results.common import _Doc, _load, _rel
 from analysis.results.lm import law_section, lm_claims
-from analysis.results.preregistered import PREREGISTERED, preregistered_section
+from analysis.results.preregistered import preregistered_section
+from analysis.results.preregistered_claims import PREREGISTERED
 from analysis.results.presets import (
     CLAMP_CONTROL,
     CONTROL,
