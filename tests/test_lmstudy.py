@@ -1247,6 +1247,8 @@ def test_grad_sr_blocks_section_sets_the_recipe_at_each_block_size_beside_nvfp4(
     assert "| 16 → 8 | mxfp4_e2m1_bs16_gceil_sr − mxfp4_e2m1_bs8_gceil_sr (measured" in text
     assert (tmp_path / "docs" / "figures" / "lm_grad_sr_blocks.png").exists()
     assert "Over the per-seed mean Δ (the stricter check) the same predictions hold." in text
+    assert "by block format, every run's gradients rounded stochastically:" in text
+    assert "![Δ vs bf16 by block format, every run's gradients rounded stochastically]" in text
     # the recipe catches NVFP4 at 8 but not at 16: partially; at 16 too: not (Z2 decides)
     text = section({**predicted, "mxfp4_e2m1_bs8_gceil_sr": 0.055})
     assert f"**{PARTIAL.capitalize()}.**" in text and "Z1, Z2 held; Z3 did not." in text

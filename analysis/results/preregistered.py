@@ -648,13 +648,15 @@ def _rounding_figure(
     cells = [f"{m:+.4f} ± {sd:.4f}" for m, sd in zip(pts["mean"], pts["sd"], strict=True)]
     shown = pts.assign(**{"gradients rounded": pts["gradients"], f"Δ vs {ref} (mean ± sd over seeds)": cells})
     shown = shown[["family", "label", "gradients rounded", f"Δ vs {ref} (mean ± sd over seeds)"]]
-    doc.add(
-        f"Δ vs {ref} on {names[id(source)]} by block format, the gradients rounded to nearest or "
-        "stochastically:",
-        "",
-        md_table(shown),
-        "",
+    # what the points' gradients share, in the table's lead and the caption: one way, or both
+    how = (
+        "the gradients rounded to nearest or stochastically"
+        if pts["own"].nunique() == 2
+        else "every run's gradients rounded stochastically"
+        if sr.all()
+        else "every run's gradients rounded to nearest"
     )
+    doc.add(f"Δ vs {ref} on {names[id(source)]} by block format, {how}:", "", md_table(shown), "")
     effects = []
     for family, g in pts.groupby("family", sort=False):
         near, stoch = g[g["own"]], g[~g["own"]]
@@ -669,7 +671,7 @@ def _rounding_figure(
             + "; ".join(effects) + ".",
             "",
         )  # fmt: skip
-    caption = "Δ vs bf16 by block format, the gradients rounded to nearest or stochastically"
+    caption = f"Δ vs bf16 by block format, {how}"
     fig = plots.gradient_format_plot(
         pts,
         reference=ref,
