@@ -1052,7 +1052,7 @@ def test_block_grads_fresh_section_replicates_d3_beside_the_seeds_it_failed_on(t
 
 
 def _sr_section(spec, labels, seeds, run):
-    """``section(offsets, spec=spec)``: the text of a stochastic-rounding section (3.11–3.15) on a
+    """``section(offsets, spec=spec)``: the text of a stochastic-rounding section (3.11–3.16) on a
     frame of bf16 and ``labels`` (NVFP4 where the name starts so, E2M1 otherwise; blocks of 8 or 16
     where it says `bs8` or `bs16`, the ceil rule where it says `_ceil`, on the gradients alone where it
     says `_gceil`, SR gradients where it ends in `_sr`), whose bf16 runs

@@ -670,14 +670,12 @@ def test_sr_presets_round_only_the_gradients_stochastically(tmp_path, preset, ge
     nearest, each role under the geometry its name says (the gradients' as the forward's, but where
     ``grads`` names another)."""
     fwd_roles, grad_roles = ("w", "a", "w_bwd", "a_bwd"), ("g_dgrad", "g_wgrad")
-    trained = {
-        which: _role_specs(preset, tmp_path, _geometry, roles)
+    seen = {  # one expansion of the preset per group of roles: (geometry, rounding) of each role
+        which: _role_specs(preset, tmp_path, lambda s: (_geometry(s), s.rounding.value), roles)
         for which, roles in (("fwd", fwd_roles), ("grads", grad_roles))
     }
-    rounding = {
-        which: _role_specs(preset, tmp_path, lambda s: s.rounding.value, roles)
-        for which, roles in (("fwd", fwd_roles), ("grads", grad_roles))
-    }
+    trained = {w: {k: {g for g, _ in v} for k, v in by.items()} for w, by in seen.items()}
+    rounding = {w: {k: {r for _, r in v} for k, v in by.items()} for w, by in seen.items()}
     assert {k: v for k, v in trained["fwd"].items() if k != "bf16"} == {k: {g} for k, g in geometry.items()}
     assert {k: v for k, v in trained["grads"].items() if k != "bf16"} == {
         k: {grads.get(k, g)} for k, g in geometry.items()

@@ -78,8 +78,9 @@ class Preregistered:
     def rule(self, seeds: str | None = None) -> str:
         """``why``, where the predictions were fixed and the verdict's rule, in words."""
         fixed = f"before it ran them on fresh seeds {seeds}" if seeds else "before it ran"
-        if self.decide == (self.first,):  # one prediction decides: nothing in between
-            verdicts = f"reproduced when {self.first} holds; not when {self.first} fails"
+        if len(self.decide) == 1:  # one prediction decides: nothing in between
+            (h,) = self.decide
+            verdicts = f"reproduced when {h} holds; not when {h} fails"
         elif self.first is None:
             verdicts = f"reproduced when {_and(self.decide)} hold; partially when some do; not when none does"
         else:
@@ -541,7 +542,7 @@ def _family(g: pd.Series) -> str:
     scale = str(g["scale"]).upper()
     family = f"{scale} + per-tensor scale" if g["global_scale"] else f"{scale} alone"
     family = family if str(g["rule"]) == "floor" else f"{family}, {g['rule']} rule"
-    grads = str(g.get("grad_rule", g["rule"]))
+    grads = str(g["grad_rule"])
     return family if grads == str(g["rule"]) else f"{family}, {grads} rule on the gradients"
 
 
@@ -620,6 +621,18 @@ def _gradients_figure(
     doc.figure(plots.gradient_format_plot(pts, reference=ref), f"{spec.preset}.png", caption)
 
 
+ROUNDING_WORDS = {
+    "both": ("the gradients rounded to nearest or stochastically",
+             "Stochastic rounding of the gradients: where does it help?"),
+    "stochastic": ("every run's gradients rounded stochastically",
+                   "Each format with its gradients rounded stochastically"),
+    "nearest": ("every run's gradients rounded to nearest",
+                "Each format with its gradients rounded to nearest"),
+}  # fmt: skip
+"""How a rounding section's points had their gradients rounded → (its table's lead and caption, its
+figure's title)."""
+
+
 def _rounding_figure(
     doc: _Doc, spec: Preregistered, samples: list[tuple[Source, pd.DataFrame]], names: dict[int, str],
     errors: dict[str, float],
@@ -648,14 +661,9 @@ def _rounding_figure(
     cells = [f"{m:+.4f} ± {sd:.4f}" for m, sd in zip(pts["mean"], pts["sd"], strict=True)]
     shown = pts.assign(**{"gradients rounded": pts["gradients"], f"Δ vs {ref} (mean ± sd over seeds)": cells})
     shown = shown[["family", "label", "gradients rounded", f"Δ vs {ref} (mean ± sd over seeds)"]]
-    # what the points' gradients share, in the table's lead and the caption: one way, or both
-    how = (
-        "the gradients rounded to nearest or stochastically"
-        if pts["own"].nunique() == 2
-        else "every run's gradients rounded stochastically"
-        if sr.all()
-        else "every run's gradients rounded to nearest"
-    )
+    # how the points' gradients were rounded, both ways or one, in the lead, the caption and the title
+    kind = "both" if pts["own"].nunique() == 2 else "stochastic" if sr.all() else "nearest"
+    how, title = ROUNDING_WORDS[kind]
     doc.add(f"Δ vs {ref} on {names[id(source)]} by block format, {how}:", "", md_table(shown), "")
     effects = []
     for family, g in pts.groupby("family", sort=False):
@@ -676,11 +684,7 @@ def _rounding_figure(
         pts,
         reference=ref,
         kinds=("gradients rounded to nearest", "gradients rounded stochastically"),
-        title="Stochastic rounding of the gradients: where does it help?"
-        if pts["own"].nunique() == 2
-        else "Each format with its gradients rounded stochastically"
-        if sr.all()
-        else "Each format with its gradients rounded to nearest",
+        title=title,
         xlabel="FP4 E2M1 block format",
     )
     doc.figure(fig, f"{spec.preset}.png", caption)
