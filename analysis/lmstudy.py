@@ -9,9 +9,10 @@ Labels
 
 Matching
     Δ_P = L_P − L_ref is taken between runs that differ *only* in precision: the same nominal budget,
-    the same shape (``model.depth``, ``model.d_model`` and N, whichever are present) and the same seed
-    (``train.seed``, else ``sweep.seed``). The sweeps seed the initialisation and the data order alike,
-    so a pair shares both and the pairing removes the shape, budget and seed effects from Δ. Only
+    the same shape (``model.depth``, ``model.d_model`` and N, whichever are present), the same LR
+    (``train.lr``, where a sweep scans it) and the same seed (``train.seed``, else ``sweep.seed``).
+    The sweeps seed the initialisation and the data order alike, so a pair shares both and the
+    pairing removes the shape, budget and seed effects from Δ. Only
     finished, stable runs (status ``done``, not ``unstable``) with a finite loss take part; a run
     without its counterpart is left out. Duplicate runs of one key (reruns) are averaged first.
 
@@ -63,6 +64,7 @@ __all__ = [
     "reference_label",
     "tensor_error_table",
     "block_geometry",
+    "unstable_pairs",
     "usable_runs",
     "verdict",
 ]
@@ -85,6 +87,9 @@ FORMAT_ORDER = (
 heatmap's rows and columns and of every table. Names of MX recipes (``mxfp8_e4m3``) rank as their
 element format; unknown names come last, alphabetically."""
 SHAPE_COLUMNS = ("model.depth", "model.d_model", "N")
+MATCH_COLUMNS = (*SHAPE_COLUMNS, "train.lr")
+"""What a matched pair shares besides budget and seed: the shape, and the LR where a sweep scans it
+(``lm_spikes``): without it the runs of every LR would be averaged into one key."""
 SEED_COLUMNS = ("train.seed", "sweep.seed", "seed")
 ALPHA = 0.05
 
@@ -268,7 +273,7 @@ def _keyed(frame: pd.DataFrame, loss: str) -> tuple[pd.DataFrame, list[str]]:
     )
     out["_budget"] = budget.fillna(-1.0)
     keys = ["_budget"]
-    for col in SHAPE_COLUMNS:
+    for col in MATCH_COLUMNS:
         if col in frame and frame[col].notna().any():
             out[f"_{col}"] = pd.to_numeric(frame[col], errors="coerce").astype(float).fillna(-1.0)
             keys.append(f"_{col}")
@@ -437,6 +442,38 @@ def contrast(
         "p_seeds": seeds[0] if margin is None else seeds[1],
         "p_two_sided": _t_test(d),
         "p_seeds_two_sided": _t_test(per_seed),
+    }
+
+
+def unstable_pairs(df: pd.DataFrame, label: str, reference: str) -> dict[str, Any]:
+    """Is ``label`` unstable where ``reference`` is not (results 1.6)? Runs matched as in the module
+    docstring, but every finished run counts (status ``done`` or ``diverged``), stable or not: the
+    outcome is ``unstable`` itself (diverged, or a loss spike not recovered from; a rerun of one key
+    counts as unstable when any of its runs was). Returns n_pairs and the four cells of the paired
+    table, ``both``, ``only`` (``label`` unstable, ``reference`` not), ``only_reference`` and
+    ``neither``, and ``p_greater``: the exact one-sided McNemar test that ``only`` exceeds
+    ``only_reference`` (the discordant pairs as fair coin flips; 1 where there are none)."""
+    from analysis.proxy import exact_p
+
+    frame = _labelled(df)
+    if "status" in frame:
+        frame = frame[frame["status"].isin(("done", "diverged"))]
+    flag = frame["unstable"].fillna(False).astype(bool) if "unstable" in frame else False
+    keyed, keys = _keyed(frame.assign(_flag=np.asarray(flag, dtype=float)), "_flag")
+    own = keyed[keyed["label"] == label].drop(columns="label")
+    ref = keyed[keyed["label"] == reference].drop(columns="label")
+    pairs = own.merge(ref, on=keys, suffixes=("", "_ref"))
+    a, b = pairs["_loss"].to_numpy(float) > 0, pairs["_loss_ref"].to_numpy(float) > 0  # _keyed's value
+    only, only_ref = int((a & ~b).sum()), int((~a & b).sum())
+    return {
+        "label": label,
+        "reference": reference,
+        "n_pairs": len(pairs),
+        "both": int((a & b).sum()),
+        "only": only,
+        "only_reference": only_ref,
+        "neither": int((~a & ~b).sum()),
+        "p_greater": exact_p(only, only + only_ref, alternative="greater"),
     }
 
 

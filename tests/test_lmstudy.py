@@ -189,6 +189,38 @@ def test_unmatched_unfinished_and_unstable_runs_are_left_out():
         lmstudy.deltas_vs_reference(df[df["sweep.precision"] != "bf16"])
 
 
+def test_runs_of_different_lrs_never_pair():
+    # An LR scan (lm_spikes): the LR moves the loss by far more than the format. bf16 ran at both LRs,
+    # the format only at the first (its run at the second was unstable); pairing across LRs would
+    # set 2.1 against bf16's mean over both LRs (2.5) and report −0.4.
+    df = exact_frame()
+    df = df[(df["budget"] == 1e11) & (df["model.depth"] == 1) & (df["sweep.precision"] != "same")]
+    high = df.assign(**{"train.lr": 1.0, "final_val_loss": df["final_val_loss"] + 1.0})
+    high.loc[high["sweep.precision"] == "big", "unstable"] = True
+    d = lmstudy.deltas_vs_reference(pd.concat([df.assign(**{"train.lr": 1e-2}), high])).set_index("label")
+    assert d.loc["big", "n_pairs"] == 3
+    assert d.loc["big", "mean_delta"] == pytest.approx(0.05)
+
+
+def test_unstable_pairs_count_the_paired_table_and_test_it_one_sided():
+    df = exact_frame()  # 12 (budget, shape, seed) keys per label
+    df = df[df["sweep.precision"] != "same"].copy()
+    key = df["budget"].eq(1e11) & df["model.depth"].eq(1)  # 3 keys: seeds 0–2
+    big, ref = df["sweep.precision"].eq("big"), df["sweep.precision"].eq("bf16")
+    df.loc[big & ~key, "unstable"] = True  # 9 keys: big alone
+    df.loc[big & key & df["train.seed"].eq(0), "status"] = "diverged"  # 1 key: both (a diverged run
+    df.loc[big & key & df["train.seed"].eq(0), "unstable"] = True  # is unstable)
+    df.loc[ref & key & df["train.seed"].isin([0, 1]), "unstable"] = True  # 1 key: bf16 alone
+    df.loc[ref & key & df["train.seed"].eq(2), "status"] = "failed"  # not finished: no pair
+    r = lmstudy.unstable_pairs(df, "big", "bf16")
+    assert (r["n_pairs"], r["both"], r["only"], r["only_reference"], r["neither"]) == (11, 1, 9, 1, 0)
+    assert r["p_greater"] == pytest.approx(stats.binomtest(9, 10, alternative="greater").pvalue)
+    mirror = lmstudy.unstable_pairs(df, "bf16", "big")
+    assert (mirror["only"], mirror["only_reference"]) == (1, 9) and mirror["p_greater"] > 0.99
+    calm = lmstudy.unstable_pairs(exact_frame(), "big", "bf16")
+    assert (calm["n_pairs"], calm["neither"], calm["p_greater"]) == (12, 12, 1.0)
+
+
 def test_largest_budget_is_the_largest_matched_one_per_label():
     df = exact_frame()
     d = lmstudy.deltas_vs_reference(df, budget="largest").set_index("label")
