@@ -1302,3 +1302,51 @@ def gradient_format_plot(
         )
     ax.set_title(title, fontsize=LM_FONT + 1)
     return fig
+
+
+def lr_scan_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
+    """Results 1.6: does a precision turn unstable, or fall behind ``reference``, as the LR rises? Final
+    val loss against the LR (log x), every precision on one axis: per (label, lr) the mean ± sd over
+    seeds of its stable runs (dodged a little in x so the bars do not hide each other), and each
+    unstable run (diverged, or a spike not recovered from) as a cross of its label's colour at its own
+    loss (at the top of the axes where that loss is not finite). ``points``: one row per run, columns
+    label, lr, seed, final_val_loss, unstable; labels in their order of first appearance."""
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(6.8, 4.4), layout="constrained")
+    ax = fig.subplots()
+    labels = list(dict.fromkeys(points["label"])) if not points.empty else []
+    colour = _lm_colours(labels)
+    loss = pd.to_numeric(points.get("final_val_loss"), errors="coerce")
+    bad = points["unstable"].fillna(False).astype(bool) if labels else pd.Series(dtype=bool)
+    finite = loss[np.isfinite(loss)]
+    top = float(finite.max()) if len(finite) else 1.0
+    for i, label in enumerate(labels):
+        own = points["label"] == label
+        off = _log_dodge(i, len(labels), 0.03)
+        stats_ = points[own & ~bad].assign(loss=loss).groupby("lr")["loss"].agg(["mean", "std"]).reset_index()
+        ax.errorbar(stats_["lr"] * off, stats_["mean"], yerr=stats_["std"].fillna(0.0), fmt="o-", ms=5,
+                    capsize=3, color=colour[label], label=label, zorder=3)  # fmt: skip
+        lost = points[own & bad]
+        if not lost.empty:
+            y = loss[own & bad].where(np.isfinite(loss[own & bad]), top)
+            ax.plot(lost["lr"] * off, y, "x", ms=8, mew=2, color=colour[label], zorder=4)
+    if labels:
+        ax.set_xscale("log")
+        _lm_plain_axis(ax.xaxis)
+        lrs = sorted(points["lr"].unique())
+        ax.set_xticks(lrs, [f"{v:g}" for v in lrs])
+        ax.set_xlim(lrs[0] / 2, lrs[-1] * 2)
+        key = [Line2D([], [], color="0.35", marker="x", ls="none", ms=8, mew=2)]
+        handles, names = ax.get_legend_handles_labels()
+        names = [*names, f"an unstable run ({int(bad.sum())} in all)"]
+        fig.legend([*handles, *key], names, loc="outside lower center", ncols=len(labels) + 1,
+                   fontsize=LM_FONT, frameon=False)  # fmt: skip
+    else:
+        ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("peak learning rate (warm-up, then cosine)", fontsize=LM_FONT + 1)
+    ax.set_ylabel("final val loss\n(mean ± sd over seeds, stable runs)", fontsize=LM_FONT + 1)
+    ax.tick_params(labelsize=LM_FONT)
+    ax.grid(alpha=0.3, which="both")
+    ax.set_title(f"Every precision against the LR, beside {reference}", fontsize=LM_FONT + 1)
+    return fig

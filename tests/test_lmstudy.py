@@ -1358,3 +1358,86 @@ def test_gradient_format_plot_sets_each_family_beside_its_high_precision_gradien
     assert_readable(fig)
     empty = plots.gradient_format_plot(pts.iloc[:0])
     assert "no block formats" in empty.axes[0].texts[0].get_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# loss spikes against the LR (results 1.6, lm_spikes)
+
+
+def _spikes_frame(unstable: dict[str, int]) -> pd.DataFrame:
+    """lm_spikes' shape: bf16, MXFP8 E5M2 and E4M3 at lr 0.01, 0.1, 1 on seeds 95–100, one shape at one
+    budget; ``unstable[label]`` of the label's lr-1 seeds (the first ones) spiked and never recovered,
+    their final val loss 0.5 higher. The loss rises with the LR; E4M3 sits +0.01 and E5M2 +0.02 above
+    bf16; one bf16 run ends 0.01 above its best val loss."""
+    rows = []
+    for label, (w, off) in {"bf16": ("bf16", 0.0), "mxfp8_e5m2": ("fp8_e5m2", 0.02),
+                            "mxfp8_e4m3": ("fp8_e4m3", 0.01)}.items():  # fmt: skip
+        for lr in (0.01, 0.1, 1.0):
+            for k, s in enumerate(range(95, 101)):
+                bad = lr == 1.0 and k < unstable.get(label, 0)
+                L = 1.7 + 0.2 * math.log10(lr / 0.01) + off + 0.003 * k + (0.5 if bad else 0.0)
+                rows.append({
+                    "sweep.precision": label, "precision": f"{w}/{w}", "w": w, "a": w, "fwd_only": False,
+                    "train.seed": s, "train.lr": lr, "model.depth": 2, "model.d_model": 48, "N": 80304,
+                    "budget": 2e12, "steps": 2026, "tokens_per_param": 51.7, "status": "done",
+                    "spiked": bad or (label == "bf16" and k == 5), "diverged": False, "unstable": bad,
+                    "final_val_loss": L,
+                    "min_val_loss": L - (0.01 if label == "bf16" and lr == 0.1 and k == 0 else 0.0),
+                })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_spikes_claim_judges_the_lr_scan_by_its_paired_predictions(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import spikes_claim
+
+    lm = Source("lm_precisions", "python launch.py -m experiment=lm_precisions", tmp_path / "lm")
+    lm.df = exact_frame().assign(
+        **{"train.lr": 3e-3, "spiked": False, "diverged": False, "tokens_per_param": 5.0}
+    )
+
+    def claim(unstable, scan=True):
+        src = Source("lm_spikes", "python launch.py -m experiment=lm_spikes", tmp_path / "spikes")
+        if scan:
+            src.df = _spikes_frame(unstable)
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        spikes_claim(doc, lm, src)
+        return "\n".join(doc.lines)
+
+    text = claim({"mxfp8_e5m2": 6, "mxfp8_e4m3": 1})
+    assert f"**{PARTIAL.capitalize()}.**" in text and "pre-registered in `lm_spikes`" in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith(("| U1 ", "| U2 "))]
+    # prediction, format, pairs, both, format alone, bf16 alone, neither, p, held
+    assert [r[1:7] for r in rows] == [["mxfp8_e5m2", "18", "0", "6", "0", "12"],
+                                      ["mxfp8_e4m3", "18", "0", "1", "0", "17"]]  # fmt: skip
+    assert rows[0][7] == f"{0.5**6:.2g}" and rows[0][8] == "yes |" and rows[1][8] == "no |"
+    assert "N = 80.3k parameters, trained 2,026 steps (D/N = 52) at lr 0.01, 0.1, 1; seeds 95–100" in text
+    lines = [line for line in text.splitlines() if line.startswith(("| 0.01 ", "| 0.1 ", "| 1 "))]
+    by_lr = {(r[0][2:], r[1]): r for r in (line.split(" | ") for line in lines)}
+    assert len(by_lr) == 9
+    # lr 1: E5M2's six unstable runs leave no stable one, and no pair for its Δ; E4M3 keeps five
+    assert by_lr[("1", "mxfp8_e5m2")][3:5] == ["6", "0"] and by_lr[("1", "mxfp8_e5m2")][7:9] == ["–", "– |"]
+    assert by_lr[("1", "mxfp8_e4m3")][8].startswith("+0.0100 ± 0.0000")
+    assert by_lr[("0.1", "bf16")][6] == "1" and by_lr[("0.01", "bf16")][5] == "1"  # above its best; recovered
+    assert (tmp_path / "docs" / "figures" / "lm_spikes_lr.png").exists()
+    # the first look at lm_precisions' one LR follows, with its own command
+    assert "The first look, at one LR (0.003): `python launch.py -m experiment=lm_precisions`" in text
+    assert f"**{REPRODUCED.capitalize()}.**" in claim({"mxfp8_e5m2": 6, "mxfp8_e4m3": 5})
+    assert f"**{NOT.capitalize()}.**" in claim({"mxfp8_e5m2": 4, "mxfp8_e4m3": 4, "bf16": 4})
+    # without the scan, the first look's own rule decides (nothing unstable there)
+    text = claim({}, scan=False)
+    assert f"**{NOT.capitalize()}.** Rule: reproduced when MX runs spike" in text
+    assert "The first look" not in text and "experiment=lm_precisions" in text
+
+
+def test_lr_scan_plot_marks_unstable_runs_and_puts_every_precision_on_one_axis():
+    d = _spikes_frame({"mxfp8_e5m2": 2})
+    points = lmstudy.label_column(d).assign(lr=d["train.lr"], seed=d["train.seed"])
+    fig = plots.lr_scan_plot(points[["label", "lr", "seed", "final_val_loss", "unstable"]])
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["0.01", "0.1", "1"]
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert names == ["bf16", "mxfp8_e5m2", "mxfp8_e4m3", "an unstable run (2 in all)"]
+    crosses = [line for line in ax.lines if line.get_marker() == "x"]
+    assert len(crosses) == 1 and len(crosses[0].get_xdata()) == 2
+    assert_readable(fig)

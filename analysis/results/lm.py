@@ -6,11 +6,12 @@ own (3.2 onwards) are in ``analysis.results.preregistered``.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analysis.instability import FINISHED, instability_map, sci, si
 from analysis.report import md_table
-from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
+from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _seed_list
 
 
 def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
@@ -25,22 +26,14 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
         "E4M3 is (partially when both are within noise: untestable at this scale); forward-only MX (E4M3 "
         "forward, high-precision backward) is judged the same way and must hold too."
     )
-    spikes = "1.6 Sharp loss spikes in MX W × A sweeps (LM, CPU scale)"
-    spikes_rule = (
-        "Rule: reproduced when MX runs spike or diverge (spike detector: 100-step mean rising 0.008 above "
-        "its minimum; unstable = diverged or not recovered) where bf16 runs of the same (budget, shape, "
-        "seed) do not. The study saw them at ≥ 10⁸ parameters (its claim)."
-    )
     if not lm.ran:
         doc.claim(title, NOT_RUN, rule, lm)
-        doc.claim(spikes, NOT_RUN, spikes_rule, lm)
         return pd.DataFrame()
     df = lmstudy.label_column(lm.df)
     ref = lmstudy.reference_label(df["label"].unique())
     deltas = lmstudy.deltas_vs_reference(df, reference=ref) if ref else pd.DataFrame()
     if deltas.empty:
         doc.claim(title, NOT, rule + " (no bf16 runs to compare against)", lm)
-        doc.claim(spikes, NOT, spikes_rule + " (no bf16 runs to compare against)", lm)
         return deltas
     d = deltas.set_index("label")
     full = d.loc["mxfp8_e4m3"] if "mxfp8_e4m3" in d.index else None
@@ -68,19 +61,176 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
     from analysis import plots
 
     doc.figure(plots.delta_heatmap(deltas, reference=ref), "lm_delta_heatmap.png", "Δ loss vs bf16, W × A")
+    return deltas
+
+
+SPIKES_TITLE = "1.6 Sharp loss spikes in MX W × A sweeps (LM, CPU scale)"
+SPIKES_PREDICTIONS = (("U1", "mxfp8_e5m2"), ("U2", "mxfp8_e4m3"))
+"""``lm_spikes``' predictions (its header): each format unstable where bf16 of the same (LR, seed) is
+not, more often than the reverse (exact one-sided McNemar, p < 0.05)."""
+ABOVE_BEST = 0.008
+"""A run that ended this far above its own best val loss ended worse than it had been (the study's
+"improvement" < 0): the spike detector's threshold, so noise of one eval does not count."""
+
+
+def spikes_claim(doc: _Doc, lm: Source, spikes: Source) -> None:
+    """1.6: judged by ``lm_spikes``' pre-registered rule where that LR scan ran, else by the first look
+    at ``lm_precisions``' single LR; the first look's table follows the scan's."""
+    from analysis import lmstudy
+
+    if not spikes.ran:
+        _spikes_first_look(doc, lm, claim=True)
+        return
+    rule = (
+        "Rule (pre-registered in `lm_spikes`' header before any of its MX runs trained): an LR scan of one "
+        "shape trained long, at bf16's best LR and 10× and 100× it (chosen by the bf16-only pilot "
+        "`lm_spikes_pilot`, where bf16 stayed stable from 3e-3 to 1), on fresh seeds. A run is unstable "
+        "when it diverged or a loss spike (the 100-step mean train loss rising 0.008 above its running "
+        "minimum: the study's notebook's detector) was not recovered from. U1: MXFP8 E5M2 is unstable "
+        "where bf16 of the same (LR, seed) is not more often than the reverse (exact one-sided McNemar "
+        "over the discordant pairs, p < 0.05); U2: the same for MXFP8 E4M3. Reproduced when both hold, "
+        "partially when one does, not when neither does. The study saw its spikes at ≥ 10⁸ parameters."
+    )
+    df = lmstudy.label_column(spikes.df)
+    ref = lmstudy.reference_label(df["label"].unique())
+    if ref is None:
+        doc.claim(SPIKES_TITLE, NOT, rule + " (no bf16 runs to compare against)", spikes)
+        return
+    tests = [(name, lmstudy.unstable_pairs(df, label, ref)) for name, label in SPIKES_PREDICTIONS]
+    held = [t["n_pairs"] > 0 and t["p_greater"] < 0.05 for _, t in tests]
+    verdict = REPRODUCED if all(held) else PARTIAL if any(held) else NOT
+    doc.claim(SPIKES_TITLE, verdict, rule, spikes)
+    fin = df[df["status"].isin(FINISHED)]
+    lrs = sorted(pd.to_numeric(fin["train.lr"], errors="coerce").dropna().unique())
+    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
+    doc.add(
+        f"These models have N = {_span(fin['N'], si)} parameters, trained "
+        f"{_span(fin['steps'], '{:,.0f}'.format)} steps "
+        f"(D/N = {_span(fin['tokens_per_param'], '{:.0f}'.format)}) at lr "
+        f"{', '.join(f'{v:g}' for v in lrs)}; seeds {_seed_list(seeds)}.",
+        "",
+        "Unstable runs paired by (LR, seed) against bf16 (the rule's test):",
+        "",
+        md_table(
+            pd.DataFrame(
+                {
+                    "prediction": name,
+                    "format": t["label"],
+                    "pairs": t["n_pairs"],
+                    "both unstable": t["both"],
+                    "format alone": t["only"],
+                    f"{ref} alone": t["only_reference"],
+                    "neither": t["neither"],
+                    "p (one-sided)": f"{t['p_greater']:.2g}",
+                    "held": "yes" if ok else "no",
+                }
+                for (name, t), ok in zip(tests, held, strict=True)
+            )
+        ),
+        "",
+        "Each LR (Δ vs bf16: matched runs of that LR, mean ± sd over seeds; a run that ended ≥ "
+        f"{ABOVE_BEST:g} above its own best val loss ended worse than it had been):",
+        "",
+        md_table(_spikes_by_lr(df, ref, lrs)),
+        "",
+    )
+    from analysis import plots
+
+    points = fin.assign(lr=pd.to_numeric(fin["train.lr"], errors="coerce"), seed=fin["train.seed"])
+    doc.figure(
+        plots.lr_scan_plot(points[["label", "lr", "seed", "final_val_loss", "unstable"]], reference=ref),
+        "lm_spikes_lr.png",
+        "Final val loss against the LR, every precision on one axis",
+    )
+    _spikes_first_look(doc, lm, claim=False)
+
+
+def _span(values: pd.Series, fmt) -> str:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if v.empty:
+        return "–"
+    lo, hi = fmt(v.min()), fmt(v.max())
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _spikes_by_lr(df: pd.DataFrame, ref: str, lrs: list[float]) -> pd.DataFrame:
+    from analysis import lmstudy
 
     fin = df[df["status"].isin(FINISHED)]
+    lr = pd.to_numeric(fin["train.lr"], errors="coerce")
+    rows = []
+    for value in lrs:
+        at = fin[np.isclose(lr, value)]
+        deltas = lmstudy.deltas_vs_reference(at, reference=ref).set_index("label")
+        for label, g in at.groupby("label", sort=False):
+            bad = g["unstable"].fillna(False).astype(bool)
+            spiked = g["spiked"].fillna(False).astype(bool) & ~bad
+            worse = pd.to_numeric(g["final_val_loss"], errors="coerce") - pd.to_numeric(
+                g["min_val_loss"], errors="coerce"
+            )
+            loss = pd.to_numeric(g.loc[~bad, "final_val_loss"], errors="coerce")
+            d = deltas.loc[label] if label in deltas.index else None
+            rows.append(
+                {
+                    "lr": f"{value:g}",
+                    "format": label,
+                    "runs": len(g),
+                    "unstable": int(bad.sum()),
+                    "diverged": int(g["diverged"].fillna(False).astype(bool).sum()),
+                    "spiked, recovered": int(spiked.sum()),
+                    f"ended ≥ {ABOVE_BEST:g} above its best": int((worse >= ABOVE_BEST).sum()),
+                    "final val loss (stable runs)": (
+                        f"{loss.mean():.4f} ± {loss.std(ddof=1):.4f}" if len(loss) > 1 else "–"
+                    ),
+                    f"Δ vs {ref} (mean ± sd over seeds)": (
+                        "–"
+                        if d is None
+                        else f"{d['mean_over_seeds']:+.4f} ± {d['sd_over_seeds']:.4f} "
+                        f"(p = {d['p_value']:.2g})"
+                    ),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _spikes_first_look(doc: _Doc, lm: Source, claim: bool) -> None:
+    """``lm_precisions``' unstable runs per format at its one LR: 1.6's verdict where ``lm_spikes`` has
+    not run (the rule below), else the first look the scan followed."""
+    from analysis import lmstudy
+
+    rule = (
+        "Rule: reproduced when MX runs spike or diverge (spike detector: 100-step mean rising 0.008 above "
+        "its minimum; unstable = diverged or not recovered) where bf16 runs of the same (budget, shape, "
+        "seed) do not. The study saw them at ≥ 10⁸ parameters (its claim)."
+    )
+    if not lm.ran:
+        if claim:
+            doc.claim(SPIKES_TITLE, NOT_RUN, rule, lm)
+        return
+    df = lmstudy.label_column(lm.df)
+    ref = lmstudy.reference_label(df["label"].unique())
     unstable = instability_map(df, "label", None).set_index("label")
-    ref_bad = int(unstable.loc[ref, "n_unstable"]) if ref in unstable.index else 0
-    mx_bad = int(unstable.drop(index=ref, errors="ignore")["n_unstable"].sum())
-    verdict = REPRODUCED if mx_bad > 0 and ref_bad == 0 else NOT
-    doc.claim(spikes, verdict, spikes_rule, lm)
+    if claim:
+        if ref is None:
+            doc.claim(SPIKES_TITLE, NOT, rule + " (no bf16 runs to compare against)", lm)
+            return
+        ref_bad = int(unstable.loc[ref, "n_unstable"]) if ref in unstable.index else 0
+        mx_bad = int(unstable.drop(index=ref, errors="ignore")["n_unstable"].sum())
+        doc.claim(SPIKES_TITLE, REPRODUCED if mx_bad > 0 and ref_bad == 0 else NOT, rule, lm)
+    fin = df[df["status"].isin(FINISHED)]
+    lr = pd.to_numeric(fin["train.lr"], errors="coerce") if "train.lr" in fin else pd.Series(dtype=float)
+    lrs = ", ".join(f"{v:g}" for v in sorted(lr.dropna().unique()))
+    if not claim:
+        doc.add(
+            f"The first look, at one LR ({lrs}): `{lm.command}` (records: `{_rel(lm.path)}`; wall time as "
+            f"recorded: {lm.wall}), unstable runs per format:",
+            "",
+        )
     doc.add(f"These models have N = {si(fin['N'].min())}–{si(fin['N'].max())} parameters.", "")
     t = unstable.reset_index()[["label", "n_unstable", "n"]].rename(
         columns={"n_unstable": "unstable", "n": "runs"}
     )
     doc.add(md_table(t), "")
-    return deltas
 
 
 def law_section(doc: _Doc, lm: Source) -> None:
