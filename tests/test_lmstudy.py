@@ -1396,12 +1396,17 @@ def test_spikes_claim_judges_the_lr_scan_by_its_paired_predictions(tmp_path):
         **{"train.lr": 3e-3, "spiked": False, "diverged": False, "tokens_per_param": 5.0}
     )
 
+    pilot = Source("lm_spikes_pilot", "python launch.py -m experiment=lm_spikes_pilot", tmp_path / "pilot")
+    bf16 = _spikes_frame({})
+    bf16 = bf16[bf16["sweep.precision"].eq("bf16") & bf16["train.seed"].eq(95)]
+    pilot.df = bf16.iloc[::-1].assign(**{"train.seed": 0})  # any order: the line sorts by LR
+
     def claim(unstable, scan=True):
         src = Source("lm_spikes", "python launch.py -m experiment=lm_spikes", tmp_path / "spikes")
         if scan:
             src.df = _spikes_frame(unstable)
         doc = _Doc(tmp_path / "docs" / "results.md")
-        spikes_claim(doc, lm, src)
+        spikes_claim(doc, lm, src, pilot)
         return "\n".join(doc.lines)
 
     text = claim({"mxfp8_e5m2": 6, "mxfp8_e4m3": 1})
@@ -1412,6 +1417,11 @@ def test_spikes_claim_judges_the_lr_scan_by_its_paired_predictions(tmp_path):
                                       ["mxfp8_e4m3", "18", "0", "1", "0", "17"]]  # fmt: skip
     assert rows[0][7] == f"{0.5**6:.2g}" and rows[0][8] == "yes |" and rows[1][8] == "no |"
     assert "N = 80.3k parameters, trained 2,026 steps (D/N = 52) at lr 0.01, 0.1, 1; seeds 95–100" in text
+    assert "`python launch.py -m experiment=lm_spikes_pilot`" in text
+    assert (
+        "bf16 alone, seed 0: final val loss 1.700 / 1.900 / 2.100 at lr 0.01 / 0.1 / 1; unstable in 0 of 3."
+        in text
+    )
     lines = [line for line in text.splitlines() if line.startswith(("| 0.01 ", "| 0.1 ", "| 1 "))]
     by_lr = {(r[0][2:], r[1]): r for r in (line.split(" | ") for line in lines)}
     assert len(by_lr) == 9

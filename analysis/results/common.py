@@ -212,13 +212,13 @@ def _lr(src: Source, runs: pd.DataFrame | None) -> Any:
 
 
 def _seed_list(seeds: Sequence[int]) -> str:
-    """Seeds as a range where they are consecutive, else each."""
+    """Seeds as a range where they are consecutive (two or more), else each."""
     seeds = sorted(seeds)
     if not seeds:
         return ""
     return (
         f"{seeds[0]}–{seeds[-1]}"
-        if seeds == list(range(seeds[0], seeds[-1] + 1))
+        if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1))
         else ", ".join(map(str, seeds))
     )
 

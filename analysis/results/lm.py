@@ -73,9 +73,10 @@ ABOVE_BEST = 0.008
 "improvement" < 0): the spike detector's threshold, so noise of one eval does not count."""
 
 
-def spikes_claim(doc: _Doc, lm: Source, spikes: Source) -> None:
+def spikes_claim(doc: _Doc, lm: Source, spikes: Source, pilot: Source | None = None) -> None:
     """1.6: judged by ``lm_spikes``' pre-registered rule where that LR scan ran, else by the first look
-    at ``lm_precisions``' single LR; the first look's table follows the scan's."""
+    at ``lm_precisions``' single LR; the first look's table follows the scan's. ``pilot``: the bf16-only
+    LR scan the rule's LRs were chosen from (``lm_spikes_pilot``), one line of its outcomes."""
     from analysis import lmstudy
 
     if not spikes.ran:
@@ -84,7 +85,7 @@ def spikes_claim(doc: _Doc, lm: Source, spikes: Source) -> None:
     rule = (
         "Rule (pre-registered in `lm_spikes`' header before any of its MX runs trained): an LR scan of one "
         "shape trained long, at bf16's best LR and 10× and 100× it (chosen by the bf16-only pilot "
-        "`lm_spikes_pilot`, where bf16 stayed stable from 3e-3 to 1), on fresh seeds. A run is unstable "
+        "`lm_spikes_pilot`), on fresh seeds. A run is unstable "
         "when it diverged or a loss spike (the 100-step mean train loss rising 0.008 above its running "
         "minimum: the study's notebook's detector) was not recovered from. U1: MXFP8 E5M2 is unstable "
         "where bf16 of the same (LR, seed) is not more often than the reverse (exact one-sided McNemar "
@@ -109,6 +110,7 @@ def spikes_claim(doc: _Doc, lm: Source, spikes: Source) -> None:
         f"(D/N = {_span(fin['tokens_per_param'], '{:.0f}'.format)}) at lr "
         f"{', '.join(f'{v:g}' for v in lrs)}; seeds {_seed_list(seeds)}.",
         "",
+        *_pilot_line(pilot),
         "Unstable runs paired by (LR, seed) against bf16 (the rule's test):",
         "",
         md_table(
@@ -143,6 +145,25 @@ def spikes_claim(doc: _Doc, lm: Source, spikes: Source) -> None:
         "Final val loss against the LR, every precision on one axis",
     )
     _spikes_first_look(doc, lm, claim=False)
+
+
+def _pilot_line(pilot: Source | None) -> list[str]:
+    if pilot is None or not pilot.ran:
+        return []
+    fin = pilot.df[pilot.df["status"].isin(FINISHED)].assign(
+        lr=lambda d: pd.to_numeric(d["train.lr"], errors="coerce")
+    )
+    fin = fin.sort_values("lr")
+    bad = int(fin["unstable"].fillna(False).astype(bool).sum())
+    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
+    losses = " / ".join(f"{v:.3f}" for v in fin["final_val_loss"])
+    return [
+        f"The pilot that chose the LRs, before any MX run: `{pilot.command}` (records: `{_rel(pilot.path)}`; "
+        f"wall time as recorded: {pilot.wall}), bf16 alone, seed {_seed_list(seeds)}: final val loss "
+        f"{losses} at lr {' / '.join(f'{v:g}' for v in fin['lr'])}; "
+        f"unstable in {bad} of {len(fin)}.",
+        "",
+    ]
 
 
 def _span(values: pd.Series, fmt) -> str:

@@ -59,12 +59,24 @@ def write_results(
                             archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
-    spikes = _load("lm_spikes", "python launch.py -m experiment=lm_spikes", sweeps / "lm_spikes", archives)
+    spikes, spikes_pilot = (_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives)
+                            for n in ("lm_spikes", "lm_spikes_pilot"))  # fmt: skip
     own = {p: _load(p, f"python launch.py -m experiment={p}", sweeps / p, archives)
            for p in (s.preset for s in PREREGISTERED)}  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
                root / "studies" / "block_size_study", archives, runs=False)  # fmt: skip
-    for src in (mech, *loaded.values(), *lates, canonical, canonical_seeds, lm, spikes, *own.values(), bs):
+    for src in (
+        mech,
+        *loaded.values(),
+        *lates,
+        canonical,
+        canonical_seeds,
+        lm,
+        spikes,
+        spikes_pilot,
+        *own.values(),
+        bs,
+    ):
         if src.ran and not src.restored:
             archive.pack(src.path, archives, src.name)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +105,7 @@ def write_results(
         canonical_seeds, from_init,
     )  # fmt: skip
     lm_claims(doc, lm)
-    spikes_claim(doc, lm, spikes)
+    spikes_claim(doc, lm, spikes, spikes_pilot)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
