@@ -1350,3 +1350,42 @@ def lr_scan_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
     ax.grid(alpha=0.3, which="both")
     ax.set_title(f"Every precision against the LR, beside {reference}", fontsize=LM_FONT + 1)
     return fig
+
+
+def training_curves_plot(curves: pd.DataFrame, title: str, window: int = 10) -> Figure:
+    """How each precision trained, side by side: train loss (left) and gradient norm (right) against
+    the step, each precision's mean over its seeds as a line and their range as a band of the same
+    colour (``curves``: one row per logged step of a run, columns label, seed, step, loss, grad_norm;
+    labels in their order of first appearance). Each run is smoothed over ``window`` logged steps first
+    (a rolling mean), so a band shows the seeds' spread, not one batch's noise. The study's Figure-1
+    signature reads here: a gradient norm that climbs after the warm-up where the reference's falls."""
+    fig = Figure(figsize=(10.0, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2)
+    labels = list(dict.fromkeys(curves["label"])) if not curves.empty else []
+    colour = _lm_colours(labels)
+    panels = (("loss", "train loss"), ("grad_norm", "gradient norm (before clipping)"))
+    late = 0.1 * float(curves["step"].max()) if labels else 0.0  # the first steps' loss is off-scale
+    for ax, (metric, name) in zip(axes, panels, strict=True):
+        top = -np.inf
+        for label in labels:
+            g = curves[curves["label"] == label].dropna(subset=[metric]).sort_values("step")
+            if g.empty:
+                continue
+            smooth = g.groupby("seed", sort=False)[metric].transform(lambda v: v.rolling(window, 1).mean())
+            band = g.assign(v=smooth).groupby("step")["v"].agg(["mean", "min", "max"])
+            ax.plot(band.index, band["mean"], lw=1.6, color=colour[label], label=label)
+            ax.fill_between(band.index, band["min"], band["max"], color=colour[label], alpha=0.18, lw=0)
+            top = max(top, float(band.loc[band.index >= late, "max"].max()))
+        if metric == "loss" and np.isfinite(top):
+            ax.set_ylim(top=top * 1.02)
+        ax.set_xlabel("step", fontsize=LM_FONT + 1)
+        ax.set_ylabel(f"{name}\n(mean over seeds; band: their range)", fontsize=LM_FONT + 1)
+        ax.tick_params(labelsize=LM_FONT)
+        ax.grid(alpha=0.3)
+        if not labels:
+            ax.text(0.5, 0.5, f"no {name} logged", ha="center", va="center", transform=ax.transAxes)
+    if labels:
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(labels),
+                   fontsize=LM_FONT, frameon=False)  # fmt: skip
+    _suptitle(fig, title, fontsize=LM_FONT + 2)
+    return fig

@@ -1451,3 +1451,82 @@ def test_lr_scan_plot_marks_unstable_runs_and_puts_every_precision_on_one_axis()
     crosses = [line for line in ax.lines if line.get_marker() == "x"]
     assert len(crosses) == 1 and len(crosses[0].get_xdata()) == 2
     assert_readable(fig)
+
+
+def _fixes_frame(offsets: dict[str, float], unstable_mx: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """lm_spikes_fixes' shape: bf16, full MXFP8 E4M3 and the two fixes at lr 0.01 on seeds 101–108,
+    each label ``offsets[label]`` above bf16 (± 0.002 by seed, alternating), the first ``unstable_mx``
+    full-MX runs unstable and 0.5 higher; and their curves (loss falling, grad norm 0.5, 5 for full MX)."""
+    e4m3 = ("fp8_e4m3", "fp8_e4m3", False)
+    labels = {"bf16": ("bf16", "bf16", False), "mxfp8_e4m3": e4m3, "e4m3w-bf16a": ("fp8_e4m3", "bf16", False),
+              "e4m3-fwd": ("fp8_e4m3", "fp8_e4m3", True)}  # fmt: skip
+    rows, cur = [], []
+    for label, (w, a, fwd) in labels.items():
+        for k, s in enumerate(range(101, 109)):
+            bad = label == "mxfp8_e4m3" and k < unstable_mx
+            wobble = 0.002 * (-1) ** k if label != "bf16" else 0.0  # each Δ: offset ± 0.002 by seed
+            L = 1.66 + 0.01 * k + offsets.get(label, 0.0) + wobble + (0.5 if bad else 0.0)
+            run = f"{label}_s{s}"
+            rows.append({
+                "run": run, "sweep.precision": label, "precision": f"{w}/{a}", "w": w, "a": a,
+                "fwd_only": fwd, "train.seed": s, "train.lr": 0.01, "model.depth": 2, "model.d_model": 48,
+                "N": 80304, "budget": 2e12, "steps": 2026, "tokens_per_param": 51.7, "status": "done",
+                "unstable": bad, "final_val_loss": L,
+            })  # fmt: skip
+            for step in range(10, 2030, 10):
+                norm = 5.0 if label == "mxfp8_e4m3" and step > 400 else 0.5
+                cur.append({"run": run, "step": step, "loss": L + 3.0 / step**0.5, "grad_norm": norm})
+    return pd.DataFrame(rows), pd.DataFrame(cur)
+
+
+def test_fixes_claim_tests_the_fixes_where_full_mx_falls_behind(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import lm_claims
+
+    lm = Source("lm_precisions", "python launch.py -m experiment=lm_precisions", tmp_path / "lm")
+    lm.df = exact_frame().assign(**{"train.lr": 3e-3})
+
+    def claim(offsets, unstable_mx=0):
+        src = Source("lm_spikes_fixes", "python launch.py -m experiment=lm_spikes_fixes", tmp_path / "fixes")
+        src.df, src.cur = _fixes_frame(offsets, unstable_mx)
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        lm_claims(doc, lm, src)
+        return "\n".join(doc.lines)
+
+    text = claim({"mxfp8_e4m3": 0.2, "e4m3-fwd": 0.005}, unstable_mx=2)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "pre-registered in `lm_spikes_fixes`" in text
+    rows = {r[0][2:]: r for r in (line.split(" | ") for line in text.splitlines() if line.startswith("| P"))}
+    assert list(rows) == ["P1", "P2", "P3", "P4", "P5"]
+    # the two unstable full-MX runs count (0.5 higher): 8 pairs, Δ = 0.2 + 2·0.5/8
+    assert rows["P1"][1:4] == ["mxfp8_e4m3 > bf16", "8", "+0.3250"]
+    assert rows["P4"][1] == "e4m3w-bf16a ≡ bf16 (±0.02)" and rows["P5"][3] == "+0.0050"
+    assert all(r[-1] == "yes |" for r in rows.values())
+    table = [line.split(" | ") for line in text.splitlines() if line.startswith("| mxfp8_e4m3 | 8 |")]
+    assert table and table[0][2] == "2"  # unstable runs, counted
+    assert "at lr 0.01; seeds 101–108." in text
+    assert (tmp_path / "docs" / "figures" / "lm_spikes_fixes_curves.png").exists()
+    # the first look at lm_precisions follows, without a verdict of its own
+    assert "The first look, at one LR (0.003): `python launch.py -m experiment=lm_precisions`" in text
+    assert text.count("**") == 2
+    assert f"**{PARTIAL.capitalize()}.**" in claim({"mxfp8_e4m3": 0.2, "e4m3-fwd": 0.1})  # P5 fails
+    assert f"**{NOT.capitalize()}.**" in claim({"mxfp8_e4m3": 0.2, "e4m3w-bf16a": 0.2, "e4m3-fwd": 0.2})
+    # without the test, lm_precisions' own rule decides
+    doc = _Doc(tmp_path / "docs" / "results.md")
+    lm_claims(doc, lm)
+    assert "**Not run here.**" in "\n".join(doc.lines) and "The first look" not in "\n".join(doc.lines)
+
+
+def test_training_curves_plot_shows_each_precision_with_its_seed_band():
+    df, cur = _fixes_frame({"mxfp8_e4m3": 0.2})
+    cur = cur.merge(lmstudy.label_column(df)[["run", "label", "train.seed"]], on="run")
+    fig = plots.training_curves_plot(
+        cur.rename(columns={"train.seed": "seed"}), "Train loss and gradient norm"
+    )
+    loss_ax, norm_ax = fig.axes
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert names == ["bf16", "mxfp8_e4m3", "e4m3w-bf16a", "e4m3-fwd"]
+    assert len(loss_ax.lines) == 4 and len(loss_ax.collections) == 4  # a line and a band each
+    # the first steps' loss (up to +0.95) is off-scale; the rest of every curve is on it
+    assert 1.9 < loss_ax.get_ylim()[1] < 2.3
+    assert max(max(line.get_ydata()) for line in norm_ax.lines) == pytest.approx(5.0)
+    assert_readable(fig)

@@ -13,12 +13,119 @@ from analysis.instability import FINISHED, instability_map, sci, si
 from analysis.report import md_table
 from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _seed_list
 
+FIXES_TITLE = "1.5 MX weights with bf16 activations, and forward-only MX, train like bf16 (LM)"
+FIXES_PREDICTIONS = (
+    ("P1", "mxfp8_e4m3", "bf16", None),
+    ("P2", "mxfp8_e4m3", "e4m3w-bf16a", None),
+    ("P3", "mxfp8_e4m3", "e4m3-fwd", None),
+    ("P4", "e4m3w-bf16a", "bf16", 0.02),
+    ("P5", "e4m3-fwd", "bf16", 0.02),
+)
+"""``lm_spikes_fixes``' predictions (its header): (name, worse, better, TOST margin): the first ends above
+the second (one-sided), or with a margin the two are equivalent within it."""
 
-def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
-    """The LM claims of the instability study; returns the deltas table (for the law section)."""
+
+def lm_claims(doc: _Doc, lm: Source, fixes: Source | None = None) -> None:
+    """1.5: judged by ``lm_spikes_fixes``' pre-registered rule where that sweep ran (the fixes where
+    full MX falls behind), else by the first look at ``lm_precisions`` (which follows the test)."""
+    if fixes is not None and fixes.ran:
+        _fixes_claim(doc, fixes)
+        _first_look_fixes(doc, lm, claim=False)
+    else:
+        _first_look_fixes(doc, lm, claim=True)
+
+
+def _fixes_claim(doc: _Doc, fixes: Source) -> None:
     from analysis import lmstudy
 
-    title = "1.5 MX weights with bf16 activations, and forward-only MX, train like bf16 (LM)"
+    rule = (
+        "Rule (pre-registered in `lm_spikes_fixes`' header before it ran): at the LR and shape where "
+        "`lm_spikes` (1.6) saw full MXFP8 E4M3 fall far behind bf16, bf16, full MX and the study's two fixes "
+        "on fresh seeds. Δ = final val loss of the first − the second on runs matched by seed; every "
+        "finished run with a finite loss counts, unstable or not (the instability is what the fixes are "
+        "to avert); one-sided paired t-test, α = 0.05; equivalence by two one-sided tests (TOST) at "
+        "±0.02. P1: full MX ends above bf16; P2: MX weights + bf16 activations end below full MX; P3: "
+        "forward-only MX ends below full MX; P4, P5: each fix ≡ bf16 within ±0.02. Reproduced when P1–P5 "
+        "all hold; not when none of P2–P5 holds; partially otherwise."
+    )
+    df = lmstudy.label_column(fixes.df)
+    every = df.assign(unstable=False)  # Δ over every finished run: an unstable one is the effect
+    rows, held = [], {}
+    for name, worse, better, margin in FIXES_PREDICTIONS:
+        c = lmstudy.contrast(every, worse, better, margin=margin)
+        p = c["p_equivalent"] if margin else c["p_greater"]
+        held[name] = bool(np.isfinite(p) and p < 0.05)
+        lo, hi = c["ci90"]
+        rows.append(
+            {
+                "prediction": name,
+                "test": f"{worse} ≡ {better} (±{margin:g})" if margin else f"{worse} > {better}",
+                "pairs": c["n_pairs"],
+                "Δ (mean)": f"{c['mean']:+.4f}" if c["n_pairs"] else "–",
+                "90 % CI": f"[{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else "–",
+                "p": f"{p:.2g}" if np.isfinite(p) else "–",
+                "held": "yes" if held[name] else "no",
+            }
+        )
+    fixes_held = [held[n] for n, *_ in FIXES_PREDICTIONS[1:]]
+    verdict = REPRODUCED if all(held.values()) else NOT if not any(fixes_held) else PARTIAL
+    doc.claim(FIXES_TITLE, verdict, rule, fixes)
+    fin = df[df["status"].isin(FINISHED)]
+    lrs = ", ".join(
+        f"{v:g}" for v in sorted(pd.to_numeric(fin["train.lr"], errors="coerce").dropna().unique())
+    )
+    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
+    ref = lmstudy.reference_label(df["label"].unique())
+    by_label = []
+    deltas = lmstudy.deltas_vs_reference(every, reference=ref).set_index("label") if ref else pd.DataFrame()
+    for label, g in fin.groupby("label", sort=False):
+        loss = pd.to_numeric(g["final_val_loss"], errors="coerce").dropna()
+        d = deltas.loc[label] if label in deltas.index else None
+        by_label.append(
+            {
+                "precision": label,
+                "runs": len(g),
+                "unstable": int(g["unstable"].fillna(False).astype(bool).sum()),
+                "final val loss": f"{loss.mean():.4f} ± {loss.std(ddof=1):.4f}" if len(loss) > 1 else "–",
+                f"Δ vs {ref} (mean ± sd over seeds)": (
+                    "–" if d is None else f"{d['mean_over_seeds']:+.4f} ± {d['sd_over_seeds']:.4f}"
+                ),
+            }
+        )
+    doc.add(
+        f"These models have N = {_span(fin['N'], si)} parameters, trained "
+        f"{_span(fin['steps'], '{:,.0f}'.format)} steps "
+        f"(D/N = {_span(fin['tokens_per_param'], '{:.0f}'.format)}) at lr {lrs}; seeds {_seed_list(seeds)}.",
+        "",
+        md_table(pd.DataFrame(rows)),
+        "",
+        "Each precision (every finished run; unstable as 1.6 counts it):",
+        "",
+        md_table(pd.DataFrame(by_label)),
+        "",
+    )
+    _curves_figure(doc, fixes, df, "lm_spikes_fixes_curves.png", f"Train loss and gradient norm at lr {lrs}")
+
+
+def _curves_figure(doc: _Doc, src: Source, df: pd.DataFrame, name: str, title: str) -> None:
+    """``plots.training_curves_plot`` of ``src``'s logged curves, the runs of ``df`` (labelled) alone."""
+    from analysis import plots
+
+    if src.cur.empty:
+        return
+    runs = df[["run", "label", "train.seed"]].rename(columns={"train.seed": "seed"})
+    cur = src.cur.drop(columns=["label", "seed"], errors="ignore").merge(runs, on="run")
+    doc.figure(
+        plots.training_curves_plot(cur[["label", "seed", "step", "loss", "grad_norm"]], title), name, title
+    )
+
+
+def _first_look_fixes(doc: _Doc, lm: Source, claim: bool) -> pd.DataFrame:
+    """``lm_precisions``' Δ vs bf16 at its one LR: 1.5's verdict where ``lm_spikes_fixes`` has not run
+    (the rule below), else the first look the test followed."""
+    from analysis import lmstudy
+
+    title = FIXES_TITLE
     rule = (
         "Rule: Δ = final val loss − bf16's on matched runs (same budget, shape and seed), mean ± sd over "
         "seeds; significant when a paired t-test over the matched runs gives p < 0.05. Reproduced when the "
@@ -27,13 +134,15 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
         "forward, high-precision backward) is judged the same way and must hold too."
     )
     if not lm.ran:
-        doc.claim(title, NOT_RUN, rule, lm)
+        if claim:
+            doc.claim(title, NOT_RUN, rule, lm)
         return pd.DataFrame()
     df = lmstudy.label_column(lm.df)
     ref = lmstudy.reference_label(df["label"].unique())
     deltas = lmstudy.deltas_vs_reference(df, reference=ref) if ref else pd.DataFrame()
     if deltas.empty:
-        doc.claim(title, NOT, rule + " (no bf16 runs to compare against)", lm)
+        if claim:
+            doc.claim(title, NOT, rule + " (no bf16 runs to compare against)", lm)
         return deltas
     d = deltas.set_index("label")
     full = d.loc["mxfp8_e4m3"] if "mxfp8_e4m3" in d.index else None
@@ -47,7 +156,10 @@ def lm_claims(doc: _Doc, lm: Source) -> pd.DataFrame:
         verdict = PARTIAL
     else:
         verdict = NOT
-    doc.claim(title, verdict, rule, lm)
+    if claim:
+        doc.claim(title, verdict, rule, lm)
+    else:
+        doc.add(_first_look_line(lm, df), "")
     largest = lmstudy.deltas_vs_reference(df, reference=ref, budget="largest")
     doc.add(
         "Δ vs bf16 over all budgets and at each format's largest budget (mean ± sd over seeds of the "
@@ -144,7 +256,24 @@ def spikes_claim(doc: _Doc, lm: Source, spikes: Source, pilot: Source | None = N
         "lm_spikes_lr.png",
         "Final val loss against the LR, every precision on one axis",
     )
+    own = points[points["label"] == ref]
+    best = own.groupby("lr")["final_val_loss"].mean().idxmin() if not own.empty else None
+    if best is not None:  # how the runs trained at bf16's best LR of the scan
+        _curves_figure(
+            doc, spikes, points[np.isclose(points["lr"], best)], "lm_spikes_curves.png",
+            f"Train loss and gradient norm at lr {best:g} ({ref}'s best of the scan)",
+        )  # fmt: skip
     _spikes_first_look(doc, lm, claim=False)
+
+
+def _first_look_line(lm: Source, df: pd.DataFrame) -> str:
+    fin = df[df["status"].isin(FINISHED)]
+    lr = pd.to_numeric(fin["train.lr"], errors="coerce") if "train.lr" in fin else pd.Series(dtype=float)
+    lrs = ", ".join(f"{v:g}" for v in sorted(lr.dropna().unique()))
+    return (
+        f"The first look, at one LR ({lrs}): `{lm.command}` (records: `{_rel(lm.path)}`; wall time as "
+        f"recorded: {lm.wall})."
+    )
 
 
 def _pilot_line(pilot: Source | None) -> list[str]:
@@ -239,14 +368,8 @@ def _spikes_first_look(doc: _Doc, lm: Source, claim: bool) -> None:
         mx_bad = int(unstable.drop(index=ref, errors="ignore")["n_unstable"].sum())
         doc.claim(SPIKES_TITLE, REPRODUCED if mx_bad > 0 and ref_bad == 0 else NOT, rule, lm)
     fin = df[df["status"].isin(FINISHED)]
-    lr = pd.to_numeric(fin["train.lr"], errors="coerce") if "train.lr" in fin else pd.Series(dtype=float)
-    lrs = ", ".join(f"{v:g}" for v in sorted(lr.dropna().unique()))
     if not claim:
-        doc.add(
-            f"The first look, at one LR ({lrs}): `{lm.command}` (records: `{_rel(lm.path)}`; wall time as "
-            f"recorded: {lm.wall}), unstable runs per format:",
-            "",
-        )
+        doc.add(_first_look_line(lm, df) + " Unstable runs per format:", "")
     doc.add(f"These models have N = {si(fin['N'].min())}–{si(fin['N'].max())} parameters.", "")
     t = unstable.reset_index()[["label", "n_unstable", "n"]].rename(
         columns={"n_unstable": "unstable", "n": "runs"}

@@ -59,8 +59,9 @@ def write_results(
                             archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
-    spikes, spikes_pilot = (_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives)
-                            for n in ("lm_spikes", "lm_spikes_pilot"))  # fmt: skip
+    spikes, spikes_pilot, fixes = (_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives,
+                                         with_curves=True)
+                                   for n in ("lm_spikes", "lm_spikes_pilot", "lm_spikes_fixes"))  # fmt: skip
     own = {p: _load(p, f"python launch.py -m experiment={p}", sweeps / p, archives)
            for p in (s.preset for s in PREREGISTERED)}  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
@@ -74,6 +75,7 @@ def write_results(
         lm,
         spikes,
         spikes_pilot,
+        fixes,
         *own.values(),
         bs,
     ):
@@ -104,7 +106,7 @@ def write_results(
         doc, mech, lates, canonical, edges, reruns, pilots, controls, step_sources, clamps, formats,
         canonical_seeds, from_init,
     )  # fmt: skip
-    lm_claims(doc, lm)
+    lm_claims(doc, lm, fixes)
     spikes_claim(doc, lm, spikes, spikes_pilot)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
