@@ -62,6 +62,7 @@ TINY = {
     "lm_spikes_pilot": TINY_LM,
     "lm_spikes": [*TINY_LM, "sweep.seeds=[95]"],
     "lm_spikes_fixes": [*TINY_LM, "sweep.seeds=[101]"],
+    "lm_spikes_clamp": [*TINY_LM, "sweep.seeds=[109]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -202,6 +203,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes_pilot": (1, 0),  # bf16 at d48 L2, C = 2e12, seed 0; × the 6 LRs of hydra.sweeper.params
     "lm_spikes": (18, 0),  # bf16, MXFP8 E5M2, E4M3 at d48 L2, C = 2e12, seeds 95–100; × 3 LRs (hydra)
     "lm_spikes_fixes": (32, 0),  # bf16, full MXFP8 E4M3 and the study's two fixes, seeds 101–108, lr 1e-2
+    "lm_spikes_clamp": (30, 0),  # bf16, full MXFP8 E4M3 floor / ceil and the two fixes, seeds 109–114, lr 0.1
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
     "paper_llm": (2375, 0),
@@ -310,6 +312,7 @@ VARIANTS = {
     "lm_spikes_pilot": "lm_precisions",
     "lm_spikes": "lm_spikes_pilot",
     "lm_spikes_fixes": "lm_spikes",
+    "lm_spikes_clamp": "lm_spikes",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
