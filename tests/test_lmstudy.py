@@ -1401,28 +1401,37 @@ def test_spikes_claim_judges_the_lr_scan_by_its_paired_predictions(tmp_path):
     bf16 = bf16[bf16["sweep.precision"].eq("bf16") & bf16["train.seed"].eq(95)]
     pilot.df = bf16.iloc[::-1].assign(**{"train.seed": 0})  # any order: the line sorts by LR
 
+    clamp = Source("lm_spikes_clamp", "python launch.py -m experiment=lm_spikes_clamp", tmp_path / "clamp")
+    c = _spikes_frame({"mxfp8_e4m3": 6})  # lr 1: full MX unstable in 6 of 6
+    c = c[c["train.lr"].eq(1.0) & c["sweep.precision"].ne("mxfp8_e5m2")]
+    fixes = {"mxfp8_e4m3_ceil": False, "e4m3w-bf16a": False, "e4m3-fwd": True}  # unstable as full MX?
+    others = [c[c["sweep.precision"].eq("mxfp8_e4m3")].assign(**{"sweep.precision": k, "unstable": v})
+              for k, v in fixes.items()]  # fmt: skip
+    clamp.df = pd.concat([c, *others], ignore_index=True)
+
     def claim(unstable, scan=True):
         src = Source("lm_spikes", "python launch.py -m experiment=lm_spikes", tmp_path / "spikes")
         if scan:
             src.df = _spikes_frame(unstable)
         doc = _Doc(tmp_path / "docs" / "results.md")
-        spikes_claim(doc, lm, src, pilot)
+        spikes_claim(doc, lm, src, pilot, clamp)
         return "\n".join(doc.lines)
 
     text = claim({"mxfp8_e5m2": 6, "mxfp8_e4m3": 1})
     assert f"**{PARTIAL.capitalize()}.**" in text and "pre-registered in `lm_spikes`" in text
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith(("| U1 ", "| U2 "))]
-    # prediction, format, pairs, both, format alone, bf16 alone, neither, p, held
-    assert [r[1:7] for r in rows] == [["mxfp8_e5m2", "18", "0", "6", "0", "12"],
-                                      ["mxfp8_e4m3", "18", "0", "1", "0", "17"]]  # fmt: skip
-    assert rows[0][7] == f"{0.5**6:.2g}" and rows[0][8] == "yes |" and rows[1][8] == "no |"
+    # prediction, unstable, where not, pairs, both, first alone, second alone, neither, p, held
+    assert [r[1:8] for r in rows] == [["mxfp8_e5m2", "bf16", "18", "0", "6", "0", "12"],
+                                      ["mxfp8_e4m3", "bf16", "18", "0", "1", "0", "17"]]  # fmt: skip
+    assert rows[0][8] == f"{0.5**6:.2g}" and rows[0][9] == "yes |" and rows[1][9] == "no |"
     assert "N = 80.3k parameters, trained 2,026 steps (D/N = 52) at lr 0.01, 0.1, 1; seeds 95–100" in text
     assert "`python launch.py -m experiment=lm_spikes_pilot`" in text
     assert (
         "bf16 alone, seed 0: final val loss 1.700 / 1.900 / 2.100 at lr 0.01 / 0.1 / 1; unstable in 0 of 3."
         in text
     )
-    lines = [line for line in text.splitlines() if line.startswith(("| 0.01 ", "| 0.1 ", "| 1 "))]
+    scan = text.split("What averts")[0]  # the scan's own table (the clamp block has one too)
+    lines = [line for line in scan.splitlines() if line.startswith(("| 0.01 ", "| 0.1 ", "| 1 "))]
     by_lr = {(r[0][2:], r[1]): r for r in (line.split(" | ") for line in lines)}
     assert len(by_lr) == 9
     # lr 1: E5M2's six unstable runs leave no stable one, and no pair for its Δ; E4M3 keeps five
@@ -1430,6 +1439,14 @@ def test_spikes_claim_judges_the_lr_scan_by_its_paired_predictions(tmp_path):
     assert by_lr[("1", "mxfp8_e4m3")][8].startswith("+0.0100 ± 0.0000")
     assert by_lr[("0.1", "bf16")][6] == "1" and by_lr[("0.01", "bf16")][5] == "1"  # above its best; recovered
     assert (tmp_path / "docs" / "figures" / "lm_spikes_lr.png").exists()
+    # what averts it: K1–K4 each on its own, full MX against bf16, ceil and the two fixes
+    assert "What averts the blow-up, at lr 1 on fresh seeds 95–100: `python launch.py" in text
+    assert "Held: K1, K2, K3." in text
+    k = [line.split(" | ") for line in text.splitlines() if line.startswith("| K")]
+    assert [(r[0][2:], r[2], r[5], r[6], r[9]) for r in k] == [
+        ("K1", "bf16", "6", "0", "yes |"), ("K2", "mxfp8_e4m3_ceil", "6", "0", "yes |"),
+        ("K3", "e4m3w-bf16a", "6", "0", "yes |"), ("K4", "e4m3-fwd", "0", "0", "no |"),
+    ]  # fmt: skip
     # the first look at lm_precisions' one LR follows, with its own command
     assert "The first look, at one LR (0.003): `python launch.py -m experiment=lm_precisions`" in text
     assert f"**{REPRODUCED.capitalize()}.**" in claim({"mxfp8_e5m2": 6, "mxfp8_e4m3": 5})

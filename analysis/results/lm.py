@@ -185,10 +185,13 @@ ABOVE_BEST = 0.008
 "improvement" < 0): the spike detector's threshold, so noise of one eval does not count."""
 
 
-def spikes_claim(doc: _Doc, lm: Source, spikes: Source, pilot: Source | None = None) -> None:
+def spikes_claim(
+    doc: _Doc, lm: Source, spikes: Source, pilot: Source | None = None, clamp: Source | None = None
+) -> None:
     """1.6: judged by ``lm_spikes``' pre-registered rule where that LR scan ran, else by the first look
     at ``lm_precisions``' single LR; the first look's table follows the scan's. ``pilot``: the bf16-only
-    LR scan the rule's LRs were chosen from (``lm_spikes_pilot``), one line of its outcomes."""
+    LR scan the rule's LRs were chosen from (``lm_spikes_pilot``), one line of its outcomes. ``clamp``:
+    ``lm_spikes_clamp``, what averts the blow-up (its predictions reported on their own)."""
     from analysis import lmstudy
 
     if not spikes.ran:
@@ -210,7 +213,7 @@ def spikes_claim(doc: _Doc, lm: Source, spikes: Source, pilot: Source | None = N
         doc.claim(SPIKES_TITLE, NOT, rule + " (no bf16 runs to compare against)", spikes)
         return
     tests = [(name, lmstudy.unstable_pairs(df, label, ref)) for name, label in SPIKES_PREDICTIONS]
-    held = [t["n_pairs"] > 0 and t["p_greater"] < 0.05 for _, t in tests]
+    held = [_held(t) for _, t in tests]
     verdict = REPRODUCED if all(held) else PARTIAL if any(held) else NOT
     doc.claim(SPIKES_TITLE, verdict, rule, spikes)
     fin = df[df["status"].isin(FINISHED)]
@@ -225,22 +228,7 @@ def spikes_claim(doc: _Doc, lm: Source, spikes: Source, pilot: Source | None = N
         *_pilot_line(pilot),
         "Unstable runs paired by (LR, seed) against bf16 (the rule's test):",
         "",
-        md_table(
-            pd.DataFrame(
-                {
-                    "prediction": name,
-                    "format": t["label"],
-                    "pairs": t["n_pairs"],
-                    "both unstable": t["both"],
-                    "format alone": t["only"],
-                    f"{ref} alone": t["only_reference"],
-                    "neither": t["neither"],
-                    "p (one-sided)": f"{t['p_greater']:.2g}",
-                    "held": "yes" if ok else "no",
-                }
-                for (name, t), ok in zip(tests, held, strict=True)
-            )
-        ),
+        md_table(_pairs_table(tests)),
         "",
         "Each LR (Δ vs bf16: matched runs of that LR, mean ± sd over seeds; a run that ended ≥ "
         f"{ABOVE_BEST:g} above its own best val loss ended worse than it had been):",
@@ -263,6 +251,8 @@ def spikes_claim(doc: _Doc, lm: Source, spikes: Source, pilot: Source | None = N
             doc, spikes, points[np.isclose(points["lr"], best)], "lm_spikes_curves.png",
             f"Train loss and gradient norm at lr {best:g} ({ref}'s best of the scan)",
         )  # fmt: skip
+    if clamp is not None and clamp.ran:
+        _clamp_block(doc, clamp)
     _spikes_first_look(doc, lm, claim=False)
 
 
@@ -274,6 +264,68 @@ def _first_look_line(lm: Source, df: pd.DataFrame) -> str:
         f"The first look, at one LR ({lrs}): `{lm.command}` (records: `{_rel(lm.path)}`; wall time as "
         f"recorded: {lm.wall})."
     )
+
+
+CLAMP_PREDICTIONS = (
+    ("K1", "mxfp8_e4m3", "bf16"),
+    ("K2", "mxfp8_e4m3", "mxfp8_e4m3_ceil"),
+    ("K3", "mxfp8_e4m3", "e4m3w-bf16a"),
+    ("K4", "mxfp8_e4m3", "e4m3-fwd"),
+)
+"""``lm_spikes_clamp``' predictions (its header): the first unstable where the second is not, more often
+than the reverse (exact one-sided McNemar, p < 0.05); each reported on its own."""
+
+
+def _held(t: dict) -> bool:
+    return t["n_pairs"] > 0 and t["p_greater"] < 0.05
+
+
+def _pairs_table(tests: list[tuple[str, dict]]) -> pd.DataFrame:
+    """``lmstudy.unstable_pairs`` results as the paired table: each prediction's two precisions, the
+    four cells, the one-sided p and whether it held."""
+    return pd.DataFrame(
+        {
+            "prediction": name,
+            "unstable": t["label"],
+            "where not": t["reference"],
+            "pairs": t["n_pairs"],
+            "both unstable": t["both"],
+            "first alone": t["only"],
+            "second alone": t["only_reference"],
+            "neither": t["neither"],
+            "p (one-sided)": f"{t['p_greater']:.2g}",
+            "held": "yes" if _held(t) else "no",
+        }
+        for name, t in tests
+    )
+
+
+def _clamp_block(doc: _Doc, clamp: Source) -> None:
+    from analysis import lmstudy
+
+    df = lmstudy.label_column(clamp.df)
+    ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
+    tests = [(name, lmstudy.unstable_pairs(df, a, b)) for name, a, b in CLAMP_PREDICTIONS]
+    fin = df[df["status"].isin(FINISHED)]
+    lrs = sorted(pd.to_numeric(fin["train.lr"], errors="coerce").dropna().unique())
+    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
+    held = [name for name, t in tests if _held(t)]
+    doc.add(
+        f"What averts the blow-up, at lr {', '.join(f'{v:g}' for v in lrs)} on fresh seeds "
+        f"{_seed_list(seeds)}: `{clamp.command}` (records: `{_rel(clamp.path)}`; wall time as recorded: "
+        f"{clamp.wall}). Predictions K1–K4, fixed in its header before it ran, each an exact one-sided "
+        "McNemar test over the seeds (reported on their own, not part of 1.6's rule): K1 full MXFP8 E4M3 "
+        "unstable where bf16 is not (lm_spikes replicated); K2 where the same format under E8M0's ceil rule "
+        "(no clamp of the block maximum) is not; K3 where MX weights + bf16 activations are not; K4 where "
+        f"forward-only MX is not. Held: {', '.join(held) if held else 'none'}.",
+        "",
+        md_table(_pairs_table(tests)),
+        "",
+        md_table(_spikes_by_lr(df, ref, lrs)),
+        "",
+    )
+    _curves_figure(doc, clamp, fin, "lm_spikes_clamp_curves.png",
+                   f"Train loss and gradient norm at lr {', '.join(f'{v:g}' for v in lrs)}")  # fmt: skip
 
 
 def _pilot_line(pilot: Source | None) -> list[str]:

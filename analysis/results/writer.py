@@ -59,9 +59,10 @@ def write_results(
                             archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
-    spikes, spikes_pilot, fixes = (_load(n, f"python launch.py -m experiment={n}", sweeps / n, archives,
-                                         with_curves=True)
-                                   for n in ("lm_spikes", "lm_spikes_pilot", "lm_spikes_fixes"))  # fmt: skip
+    spikes, spikes_pilot, fixes, clamp = (
+        _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
+        for n in ("lm_spikes", "lm_spikes_pilot", "lm_spikes_fixes", "lm_spikes_clamp")
+    )  # fmt: skip
     own = {p: _load(p, f"python launch.py -m experiment={p}", sweeps / p, archives)
            for p in (s.preset for s in PREREGISTERED)}  # fmt: skip
     bs = _load("block_size_study", "python launch.py experiment=block_size_study",
@@ -76,6 +77,7 @@ def write_results(
         spikes,
         spikes_pilot,
         fixes,
+        clamp,
         *own.values(),
         bs,
     ):
@@ -107,7 +109,7 @@ def write_results(
         canonical_seeds, from_init,
     )  # fmt: skip
     lm_claims(doc, lm, fixes)
-    spikes_claim(doc, lm, spikes, spikes_pilot)
+    spikes_claim(doc, lm, spikes, spikes_pilot, clamp)
     doc.add("## Study 2: is finer better? (block size × scale format)", "")
     blocksize_claims(doc, bs)
     law_section(doc, lm)
