@@ -230,8 +230,9 @@ def spikes_claim(
         "",
         md_table(_pairs_table(tests)),
         "",
-        "Each LR (Δ vs bf16: matched runs of that LR, mean ± sd over seeds; a run that ended ≥ "
-        f"{ABOVE_BEST:g} above its own best val loss ended worse than it had been):",
+        "Each LR (final val loss and Δ vs bf16 over every finished run, unstable ones included; Δ on runs "
+        f"of that LR matched by seed; a run that ended ≥ {ABOVE_BEST:g} above its own best val loss ended "
+        "worse than it had been):",
         "",
         md_table(_spikes_by_lr(df, ref, lrs)),
         "",
@@ -356,6 +357,9 @@ def _span(values: pd.Series, fmt) -> str:
 
 
 def _spikes_by_lr(df: pd.DataFrame, ref: str, lrs: list[float]) -> pd.DataFrame:
+    """Per (LR, precision): the runs' outcomes, and their final val loss and Δ vs ``ref`` over every
+    finished run with a finite loss, unstable ones included (leaving them out would keep only the runs
+    that survived)."""
     from analysis import lmstudy
 
     fin = df[df["status"].isin(FINISHED)]
@@ -363,14 +367,12 @@ def _spikes_by_lr(df: pd.DataFrame, ref: str, lrs: list[float]) -> pd.DataFrame:
     rows = []
     for value in lrs:
         at = fin[np.isclose(lr, value)]
-        deltas = lmstudy.deltas_vs_reference(at, reference=ref).set_index("label")
+        deltas = lmstudy.deltas_vs_reference(at.assign(unstable=False), reference=ref).set_index("label")
         for label, g in at.groupby("label", sort=False):
             bad = g["unstable"].fillna(False).astype(bool)
             spiked = g["spiked"].fillna(False).astype(bool) & ~bad
-            worse = pd.to_numeric(g["final_val_loss"], errors="coerce") - pd.to_numeric(
-                g["min_val_loss"], errors="coerce"
-            )
-            loss = pd.to_numeric(g.loc[~bad, "final_val_loss"], errors="coerce")
+            loss = pd.to_numeric(g["final_val_loss"], errors="coerce")
+            worse = loss - pd.to_numeric(g["min_val_loss"], errors="coerce")
             d = deltas.loc[label] if label in deltas.index else None
             rows.append(
                 {
@@ -381,18 +383,19 @@ def _spikes_by_lr(df: pd.DataFrame, ref: str, lrs: list[float]) -> pd.DataFrame:
                     "diverged": int(g["diverged"].fillna(False).astype(bool).sum()),
                     "spiked, recovered": int(spiked.sum()),
                     f"ended ≥ {ABOVE_BEST:g} above its best": int((worse >= ABOVE_BEST).sum()),
-                    "final val loss (stable runs)": (
-                        f"{loss.mean():.4f} ± {loss.std(ddof=1):.4f}" if len(loss) > 1 else "–"
-                    ),
+                    "final val loss (mean ± sd)": _mean_sd(loss.mean(), loss.std(ddof=1), "{:.4f}"),
                     f"Δ vs {ref} (mean ± sd over seeds)": (
-                        "–"
-                        if d is None
-                        else f"{d['mean_over_seeds']:+.4f} ± {d['sd_over_seeds']:.4f} "
-                        f"(p = {d['p_value']:.2g})"
+                        "–" if d is None else _mean_sd(d["mean_over_seeds"], d["sd_over_seeds"], "{:+.4f}")
                     ),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _mean_sd(mean: float, sd: float, fmt: str) -> str:
+    if not np.isfinite(mean):
+        return "–"
+    return fmt.format(mean) + (f" ± {sd:.4f}" if np.isfinite(sd) else "")
 
 
 def _spikes_first_look(doc: _Doc, lm: Source, claim: bool) -> None:
