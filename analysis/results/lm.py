@@ -78,7 +78,8 @@ def _fixes_claim(doc: _Doc, fixes: Source) -> None:
     ref = lmstudy.reference_label(df["label"].unique())
     by_label = []
     deltas = lmstudy.deltas_vs_reference(every, reference=ref).set_index("label") if ref else pd.DataFrame()
-    for label, g in fin.groupby("label", sort=False):
+    for label in lmstudy.ordered_labels(lmstudy.label_info(fin), ref):  # bf16, full MX, then the fixes
+        g = fin[fin["label"] == label]
         loss = pd.to_numeric(g["final_val_loss"], errors="coerce").dropna()
         d = deltas.loc[label] if label in deltas.index else None
         by_label.append(
