@@ -114,8 +114,12 @@ def _curves_figure(doc: _Doc, src: Source, df: pd.DataFrame, name: str, title: s
 
     if src.cur.empty:
         return
+    from analysis import lmstudy
+
     runs = df[["run", "label", "train.seed"]].rename(columns={"train.seed": "seed"})
     cur = src.cur.drop(columns=["label", "seed"], errors="ignore").merge(runs, on="run")
+    order = {label: i for i, label in enumerate(lmstudy.ordered_labels(lmstudy.label_info(df)))}
+    cur = cur.sort_values("label", key=lambda s: s.map(order), kind="stable")  # the tables' order
     doc.figure(
         plots.training_curves_plot(cur[["label", "seed", "step", "loss", "grad_norm"]], title), name, title
     )
@@ -314,12 +318,13 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
     held = [name for name, t in tests if _held(t)]
     doc.add(
         f"What averts the blow-up, at lr {', '.join(f'{v:g}' for v in lrs)} on fresh seeds "
-        f"{_seed_list(seeds)}: `{clamp.command}` (records: `{_rel(clamp.path)}`; wall time as recorded: "
-        f"{clamp.wall}). Predictions K1–K4, fixed in its header before it ran, each an exact one-sided "
-        "McNemar test over the seeds (reported on their own, not part of 1.6's rule): K1 full MXFP8 E4M3 "
-        "unstable where bf16 is not (lm_spikes replicated); K2 where the same format under E8M0's ceil rule "
-        "(no clamp of the block maximum) is not; K3 where MX weights + bf16 activations are not; K4 where "
-        f"forward-only MX is not. Held: {', '.join(held) if held else 'none'}.",
+        f"{_seed_list(seeds)}: `{clamp.command}` (records: `{_rel(clamp.path)}`{_kept(clamp)}; "
+        f"wall time as recorded: {clamp.wall}). Predictions K1–K4, fixed in its header before it ran, "
+        "each an exact one-sided McNemar test over the seeds (reported on their own, not part of 1.6's "
+        "rule): K1 full MXFP8 E4M3 unstable where bf16 is not (lm_spikes replicated); K2 where the same "
+        "format under E8M0's ceil rule (no clamp of the block maximum) is not; K3 where MX weights + "
+        "bf16 activations are not; K4 where forward-only MX is not. "
+        f"Held: {', '.join(held) if held else 'none'}.",
         "",
         md_table(_pairs_table(tests)),
         "",
@@ -328,6 +333,11 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
     )
     _curves_figure(doc, clamp, fin, "lm_spikes_clamp_curves.png",
                    f"Train loss and gradient norm at lr {', '.join(f'{v:g}' for v in lrs)}")  # fmt: skip
+
+
+def _kept(src: Source) -> str:
+    """Where a sweep's records are archived, as ``_Doc.claim`` says it for a claim's own sweep."""
+    return f", archived in `{_rel(src.archive)}`" if src.archive else ""
 
 
 def _pilot_line(pilot: Source | None) -> list[str]:
@@ -341,9 +351,9 @@ def _pilot_line(pilot: Source | None) -> list[str]:
     seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
     losses = " / ".join(f"{v:.3f}" for v in fin["final_val_loss"])
     return [
-        f"The pilot that chose the LRs, before any MX run: `{pilot.command}` (records: `{_rel(pilot.path)}`; "
-        f"wall time as recorded: {pilot.wall}), bf16 alone, seed {_seed_list(seeds)}: final val loss "
-        f"{losses} at lr {' / '.join(f'{v:g}' for v in fin['lr'])}; "
+        f"The pilot that chose the LRs, before any MX run: `{pilot.command}` (records: `{_rel(pilot.path)}`"
+        f"{_kept(pilot)}; wall time as recorded: {pilot.wall}), bf16 alone, seed {_seed_list(seeds)}: "
+        f"final val loss {losses} at lr {' / '.join(f'{v:g}' for v in fin['lr'])}; "
         f"unstable in {bad} of {len(fin)}.",
         "",
     ]
@@ -369,7 +379,8 @@ def _spikes_by_lr(df: pd.DataFrame, ref: str, lrs: list[float]) -> pd.DataFrame:
     for value in lrs:
         at = fin[np.isclose(lr, value)]
         deltas = lmstudy.deltas_vs_reference(at.assign(unstable=False), reference=ref).set_index("label")
-        for label, g in at.groupby("label", sort=False):
+        for label in lmstudy.ordered_labels(lmstudy.label_info(at), ref):  # bf16, formats, then the fixes
+            g = at[at["label"] == label]
             bad = g["unstable"].fillna(False).astype(bool)
             spiked = g["spiked"].fillna(False).astype(bool) & ~bad
             loss = pd.to_numeric(g["final_val_loss"], errors="coerce")
