@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis.fits import InsufficientData
-from analysis.instability import sci
+from analysis.instability import FINISHED, sci
 
 __all__ = [
     "bit_ordering",
@@ -457,7 +457,7 @@ def unstable_pairs(df: pd.DataFrame, label: str, reference: str) -> dict[str, An
 
     frame = _labelled(df)
     if "status" in frame:
-        frame = frame[frame["status"].isin(("done", "diverged"))]
+        frame = frame[frame["status"].isin(FINISHED)]
     flag = frame["unstable"].fillna(False).astype(bool) if "unstable" in frame else False
     keyed, keys = _keyed(frame.assign(_flag=np.asarray(flag, dtype=float)), "_flag")
     own = keyed[keyed["label"] == label].drop(columns="label")

@@ -1491,7 +1491,7 @@ def _fixes_frame(offsets: dict[str, float], unstable_mx: int = 0) -> tuple[pd.Da
                 "run": run, "sweep.precision": label, "precision": f"{w}/{a}", "w": w, "a": a,
                 "fwd_only": fwd, "train.seed": s, "train.lr": 0.01, "model.depth": 2, "model.d_model": 48,
                 "N": 80304, "budget": 2e12, "steps": 2026, "tokens_per_param": 51.7, "status": "done",
-                "unstable": bad, "final_val_loss": L,
+                "unstable": bad, "spiked": bad, "diverged": False, "final_val_loss": L, "min_val_loss": L,
             })  # fmt: skip
             for step in range(10, 2030, 10):
                 norm = 5.0 if label == "mxfp8_e4m3" and step > 400 else 0.5
@@ -1523,8 +1523,8 @@ def test_fixes_claim_tests_the_fixes_where_full_mx_falls_behind(tmp_path):
     assert all(r[-1] == "yes |" for r in rows.values())
     own = text.split("Each precision")[1].split("The first look")[0]
     table = [line.split(" | ") for line in own.splitlines() if line.startswith("| ")][1:]  # no header
-    assert [r[0][2:] for r in table] == ["bf16", "mxfp8_e4m3", "e4m3w-bf16a", "e4m3-fwd"]
-    assert table[1][2] == "2"  # full MX's unstable runs, counted
+    assert [r[1] for r in table] == ["bf16", "mxfp8_e4m3", "e4m3w-bf16a", "e4m3-fwd"]  # after the LR
+    assert table[1][3] == "2"  # full MX's unstable runs, counted
     assert "at lr 0.01; seeds 101–108." in text
     assert (tmp_path / "docs" / "figures" / "lm_spikes_fixes_curves.png").exists()
     # the first look at lm_precisions follows, without a verdict of its own

@@ -54,7 +54,7 @@ def _fixes_claim(doc: _Doc, fixes: Source) -> None:
     for name, worse, better, margin in FIXES_PREDICTIONS:
         c = lmstudy.contrast(every, worse, better, margin=margin)
         p = c["p_equivalent"] if margin else c["p_greater"]
-        held[name] = bool(np.isfinite(p) and p < 0.05)
+        held[name] = bool(np.isfinite(p) and p < lmstudy.ALPHA)
         lo, hi = c["ci90"]
         rows.append(
             {
@@ -71,51 +71,32 @@ def _fixes_claim(doc: _Doc, fixes: Source) -> None:
     verdict = REPRODUCED if all(held.values()) else NOT if not any(fixes_held) else PARTIAL
     doc.claim(FIXES_TITLE, verdict, rule, fixes)
     fin = df[df["status"].isin(FINISHED)]
-    lrs = ", ".join(
-        f"{v:g}" for v in sorted(pd.to_numeric(fin["train.lr"], errors="coerce").dropna().unique())
-    )
-    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
-    ref = lmstudy.reference_label(df["label"].unique())
-    by_label = []
-    deltas = lmstudy.deltas_vs_reference(every, reference=ref).set_index("label") if ref else pd.DataFrame()
-    for label in lmstudy.ordered_labels(lmstudy.label_info(fin), ref):  # bf16, full MX, then the fixes
-        g = fin[fin["label"] == label]
-        loss = pd.to_numeric(g["final_val_loss"], errors="coerce").dropna()
-        d = deltas.loc[label] if label in deltas.index else None
-        by_label.append(
-            {
-                "precision": label,
-                "runs": len(g),
-                "unstable": int(g["unstable"].fillna(False).astype(bool).sum()),
-                "final val loss": f"{loss.mean():.4f} ± {loss.std(ddof=1):.4f}" if len(loss) > 1 else "–",
-                f"Δ vs {ref} (mean ± sd over seeds)": (
-                    "–" if d is None else f"{d['mean_over_seeds']:+.4f} ± {d['sd_over_seeds']:.4f}"
-                ),
-            }
-        )
+    ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
     doc.add(
-        f"These models have N = {_span(fin['N'], si)} parameters, trained "
-        f"{_span(fin['steps'], '{:,.0f}'.format)} steps "
-        f"(D/N = {_span(fin['tokens_per_param'], '{:.0f}'.format)}) at lr {lrs}; seeds {_seed_list(seeds)}.",
+        _setting_line(fin),
         "",
         md_table(pd.DataFrame(rows)),
         "",
         "Each precision (every finished run; unstable as 1.6 counts it):",
         "",
-        md_table(pd.DataFrame(by_label)),
+        md_table(_outcomes(df, ref)),
         "",
     )
-    _curves_figure(doc, fixes, df, "lm_spikes_fixes_curves.png", f"Train loss and gradient norm at lr {lrs}")
+    _curves_figure(
+        doc,
+        fixes,
+        fin,
+        "lm_spikes_fixes_curves.png",
+        f"Train loss and gradient norm at lr {_listed(_lrs(fin))}",
+    )
 
 
 def _curves_figure(doc: _Doc, src: Source, df: pd.DataFrame, name: str, title: str) -> None:
     """``plots.training_curves_plot`` of ``src``'s logged curves, the runs of ``df`` (labelled) alone."""
-    from analysis import plots
+    from analysis import lmstudy, plots
 
     if src.cur.empty:
         return
-    from analysis import lmstudy
-
     runs = df[["run", "label", "train.seed"]].rename(columns={"train.seed": "seed"})
     cur = src.cur.drop(columns=["label", "seed"], errors="ignore").merge(runs, on="run")
     order = {label: i for i, label in enumerate(lmstudy.ordered_labels(lmstudy.label_info(df)))}
@@ -125,7 +106,7 @@ def _curves_figure(doc: _Doc, src: Source, df: pd.DataFrame, name: str, title: s
     )
 
 
-def _first_look_fixes(doc: _Doc, lm: Source, claim: bool) -> pd.DataFrame:
+def _first_look_fixes(doc: _Doc, lm: Source, claim: bool) -> None:
     """``lm_precisions``' Δ vs bf16 at its one LR: 1.5's verdict where ``lm_spikes_fixes`` has not run
     (the rule below), else the first look the test followed."""
     from analysis import lmstudy
@@ -141,14 +122,14 @@ def _first_look_fixes(doc: _Doc, lm: Source, claim: bool) -> pd.DataFrame:
     if not lm.ran:
         if claim:
             doc.claim(title, NOT_RUN, rule, lm)
-        return pd.DataFrame()
+        return
     df = lmstudy.label_column(lm.df)
     ref = lmstudy.reference_label(df["label"].unique())
     deltas = lmstudy.deltas_vs_reference(df, reference=ref) if ref else pd.DataFrame()
     if deltas.empty:
         if claim:
             doc.claim(title, NOT, rule + " (no bf16 runs to compare against)", lm)
-        return deltas
+        return
     d = deltas.set_index("label")
     full = d.loc["mxfp8_e4m3"] if "mxfp8_e4m3" in d.index else None
     fixes = [d.loc[k] for k in ("e4m3w-bf16a", "e4m3-fwd") if k in d.index]
@@ -178,7 +159,6 @@ def _first_look_fixes(doc: _Doc, lm: Source, claim: bool) -> pd.DataFrame:
     from analysis import plots
 
     doc.figure(plots.delta_heatmap(deltas, reference=ref), "lm_delta_heatmap.png", "Δ loss vs bf16, W × A")
-    return deltas
 
 
 SPIKES_TITLE = "1.6 Sharp loss spikes in MX W × A sweeps (LM, CPU scale)"
@@ -222,13 +202,8 @@ def spikes_claim(
     verdict = REPRODUCED if all(held) else PARTIAL if any(held) else NOT
     doc.claim(SPIKES_TITLE, verdict, rule, spikes)
     fin = df[df["status"].isin(FINISHED)]
-    lrs = sorted(pd.to_numeric(fin["train.lr"], errors="coerce").dropna().unique())
-    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
     doc.add(
-        f"These models have N = {_span(fin['N'], si)} parameters, trained "
-        f"{_span(fin['steps'], '{:,.0f}'.format)} steps "
-        f"(D/N = {_span(fin['tokens_per_param'], '{:.0f}'.format)}) at lr "
-        f"{', '.join(f'{v:g}' for v in lrs)}; seeds {_seed_list(seeds)}.",
+        _setting_line(fin),
         "",
         *_pilot_line(pilot),
         "Unstable runs paired by (LR, seed) against bf16 (the rule's test):",
@@ -239,7 +214,7 @@ def spikes_claim(
         f"of that LR matched by seed; a run that ended ≥ {ABOVE_BEST:g} above its own best val loss ended "
         "worse than it had been):",
         "",
-        md_table(_spikes_by_lr(df, ref, lrs)),
+        md_table(_outcomes(df, ref)),
         "",
     )
     from analysis import plots
@@ -263,9 +238,7 @@ def spikes_claim(
 
 
 def _first_look_line(lm: Source, df: pd.DataFrame) -> str:
-    fin = df[df["status"].isin(FINISHED)]
-    lr = pd.to_numeric(fin["train.lr"], errors="coerce") if "train.lr" in fin else pd.Series(dtype=float)
-    lrs = ", ".join(f"{v:g}" for v in sorted(lr.dropna().unique()))
+    lrs = _listed(_lrs(df[df["status"].isin(FINISHED)]))
     return (
         f"The first look, at one LR ({lrs}): `{lm.command}` (records: `{_rel(lm.path)}`; wall time as "
         f"recorded: {lm.wall})."
@@ -283,7 +256,9 @@ than the reverse (exact one-sided McNemar, p < 0.05); each reported on its own."
 
 
 def _held(t: dict) -> bool:
-    return t["n_pairs"] > 0 and t["p_greater"] < 0.05
+    from analysis import lmstudy
+
+    return t["n_pairs"] > 0 and t["p_greater"] < lmstudy.ALPHA
 
 
 def _pairs_table(tests: list[tuple[str, dict]]) -> pd.DataFrame:
@@ -313,12 +288,11 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
     ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
     tests = [(name, lmstudy.unstable_pairs(df, a, b)) for name, a, b in CLAMP_PREDICTIONS]
     fin = df[df["status"].isin(FINISHED)]
-    lrs = sorted(pd.to_numeric(fin["train.lr"], errors="coerce").dropna().unique())
-    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
+    lrs = _listed(_lrs(fin))
     held = [name for name, t in tests if _held(t)]
     doc.add(
-        f"What averts the blow-up, at lr {', '.join(f'{v:g}' for v in lrs)} on fresh seeds "
-        f"{_seed_list(seeds)}: `{clamp.command}` (records: `{_rel(clamp.path)}`{_kept(clamp)}; "
+        f"What averts the blow-up, at lr {lrs} on fresh seeds {_seed_list(_seeds(fin))}: "
+        f"`{clamp.command}` (records: `{_rel(clamp.path)}`{_kept(clamp)}; "
         f"wall time as recorded: {clamp.wall}). Predictions K1–K4, fixed in its header before it ran, "
         "each an exact one-sided McNemar test over the seeds (reported on their own, not part of 1.6's "
         "rule): K1 full MXFP8 E4M3 unstable where bf16 is not (lm_spikes replicated); K2 where the same "
@@ -328,11 +302,10 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
         "",
         md_table(_pairs_table(tests)),
         "",
-        md_table(_spikes_by_lr(df, ref, lrs)),
+        md_table(_outcomes(df, ref)),
         "",
     )
-    _curves_figure(doc, clamp, fin, "lm_spikes_clamp_curves.png",
-                   f"Train loss and gradient norm at lr {', '.join(f'{v:g}' for v in lrs)}")  # fmt: skip
+    _curves_figure(doc, clamp, fin, "lm_spikes_clamp_curves.png", f"Train loss and gradient norm at lr {lrs}")
 
 
 def _kept(src: Source) -> str:
@@ -348,15 +321,37 @@ def _pilot_line(pilot: Source | None) -> list[str]:
     )
     fin = fin.sort_values("lr")
     bad = int(fin["unstable"].fillna(False).astype(bool).sum())
-    seeds = sorted(int(v) for v in fin["train.seed"].dropna().unique())
     losses = " / ".join(f"{v:.3f}" for v in fin["final_val_loss"])
     return [
         f"The pilot that chose the LRs, before any MX run: `{pilot.command}` (records: `{_rel(pilot.path)}`"
-        f"{_kept(pilot)}; wall time as recorded: {pilot.wall}), bf16 alone, seed {_seed_list(seeds)}: "
-        f"final val loss {losses} at lr {' / '.join(f'{v:g}' for v in fin['lr'])}; "
+        f"{_kept(pilot)}; wall time as recorded: {pilot.wall}), bf16 alone, seed {_seed_list(_seeds(fin))}: "
+        f"final val loss {losses} at lr {_listed(list(fin['lr']), ' / ')}; "
         f"unstable in {bad} of {len(fin)}.",
         "",
     ]
+
+
+def _lrs(fin: pd.DataFrame) -> list[float]:
+    lr = pd.to_numeric(fin["train.lr"], errors="coerce") if "train.lr" in fin else pd.Series(dtype=float)
+    return sorted(lr.dropna().unique())
+
+
+def _listed(values: list[float], sep: str = ", ") -> str:
+    return sep.join(f"{v:g}" for v in values)
+
+
+def _seeds(fin: pd.DataFrame) -> list[int]:
+    return sorted(int(v) for v in fin["train.seed"].dropna().unique())
+
+
+def _setting_line(fin: pd.DataFrame) -> str:
+    """What a one-shape LM sweep trained: N, steps, D/N, its LRs and seeds."""
+    return (
+        f"These models have N = {_span(fin['N'], si)} parameters, trained "
+        f"{_span(fin['steps'], '{:,.0f}'.format)} steps "
+        f"(D/N = {_span(fin['tokens_per_param'], '{:.0f}'.format)}) at lr {_listed(_lrs(fin))}; "
+        f"seeds {_seed_list(_seeds(fin))}."
+    )
 
 
 def _span(values: pd.Series, fmt) -> str:
@@ -367,16 +362,16 @@ def _span(values: pd.Series, fmt) -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def _spikes_by_lr(df: pd.DataFrame, ref: str, lrs: list[float]) -> pd.DataFrame:
-    """Per (LR, precision): the runs' outcomes, and their final val loss and Δ vs ``ref`` over every
-    finished run with a finite loss, unstable ones included (leaving them out would keep only the runs
-    that survived)."""
+def _outcomes(df: pd.DataFrame, ref: str) -> pd.DataFrame:
+    """Per (LR, precision) of a one-shape LM sweep (1.5, 1.6): the runs' outcomes, and their final val
+    loss and Δ vs ``ref`` over every finished run with a finite loss, unstable ones included (leaving
+    them out would keep only the runs that survived)."""
     from analysis import lmstudy
 
     fin = df[df["status"].isin(FINISHED)]
     lr = pd.to_numeric(fin["train.lr"], errors="coerce")
     rows = []
-    for value in lrs:
+    for value in _lrs(fin):
         at = fin[np.isclose(lr, value)]
         deltas = lmstudy.deltas_vs_reference(at.assign(unstable=False), reference=ref).set_index("label")
         for label in lmstudy.ordered_labels(lmstudy.label_info(at), ref):  # bf16, formats, then the fixes
