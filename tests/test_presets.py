@@ -63,6 +63,7 @@ TINY = {
     "lm_spikes": [*TINY_LM, "sweep.seeds=[95]"],
     "lm_spikes_fixes": [*TINY_LM, "sweep.seeds=[101]"],
     "lm_spikes_clamp": [*TINY_LM, "sweep.seeds=[109]"],
+    "lm_spikes_ceil": [*TINY_LM, "sweep.seeds=[115]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -204,6 +205,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes": (18, 0),  # bf16, MXFP8 E5M2, E4M3 at d48 L2, C = 2e12, seeds 95–100; × 3 LRs (hydra)
     "lm_spikes_fixes": (32, 0),  # bf16, full MXFP8 E4M3 and the study's two fixes, seeds 101–108, lr 1e-2
     "lm_spikes_clamp": (30, 0),  # bf16, full MXFP8 E4M3 floor / ceil and the two fixes, seeds 109–114, lr 0.1
+    "lm_spikes_ceil": (30, 0),  # bf16, MXFP8 E4M3 and E5M2 under floor and ceil, seeds 115–120; × 2 LRs (hydra)
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
     "paper_llm": (2375, 0),
@@ -313,6 +315,7 @@ VARIANTS = {
     "lm_spikes": "lm_spikes_pilot",
     "lm_spikes_fixes": "lm_spikes",
     "lm_spikes_clamp": "lm_spikes",
+    "lm_spikes_ceil": "lm_spikes",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
