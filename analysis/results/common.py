@@ -211,6 +211,12 @@ def _lr(src: Source, runs: pd.DataFrame | None) -> Any:
     return float(lrs[0]) if len(lrs) == 1 else src.setting("train.lr")
 
 
+def _and(names: tuple[str, ...] | list[str]) -> str:
+    """ "H1", "H1 and H2", "H1, H2 and H3"."""
+    names = list(names)
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
 def _seed_list(seeds: Sequence[int]) -> str:
     """Seeds as a range where they are consecutive (two or more), else each."""
     seeds = sorted(seeds)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.instability import FINISHED, instability_map, sci, si
 from analysis.report import md_table
-from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _seed_list
+from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _and, _Doc, _rel, _seed_list
 
 FIXES_TITLE = "1.5 MX weights with bf16 activations, and forward-only MX, train like bf16 (LM)"
 FIXES_PREDICTIONS = (
@@ -49,9 +49,43 @@ def _fixes_claim(doc: _Doc, fixes: Source) -> None:
         "all hold; not when none of P2–P5 holds; partially otherwise."
     )
     df = lmstudy.label_column(fixes.df)
-    every = df.assign(unstable=False)  # Δ over every finished run: an unstable one is the effect
+    table, held = _loss_tests(df, FIXES_PREDICTIONS)
+    fixes_held = [held[n] for n, *_ in FIXES_PREDICTIONS[1:]]
+    verdict = REPRODUCED if all(held.values()) else NOT if not any(fixes_held) else PARTIAL
+    doc.claim(FIXES_TITLE, verdict, rule, fixes)
+    fin = df[df["status"].isin(FINISHED)]
+    ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
+    doc.add(
+        _setting_line(fin),
+        "",
+        md_table(table),
+        "",
+        "Each precision (every finished run; unstable as 1.6 counts it):",
+        "",
+        md_table(_outcomes(df, ref)),
+        "",
+    )
+    _curves_figure(
+        doc,
+        fixes,
+        fin,
+        "lm_spikes_fixes_curves.png",
+        f"Train loss and gradient norm at lr {_listed(_lrs(fin))}",
+    )
+
+
+def _loss_tests(
+    df: pd.DataFrame, predictions: tuple[tuple[str, str, str, float | None], ...]
+) -> tuple[pd.DataFrame, dict[str, bool]]:
+    """Pre-registered loss predictions (name, worse, better, TOST margin) on a labelled sweep: the
+    first ends above the second (one-sided paired t over runs matched by seed), or with a margin the
+    two are equivalent within it. Every finished run with a finite loss counts, unstable or not (an
+    unstable run is the effect, not noise). The table of tests, and which held."""
+    from analysis import lmstudy
+
+    every = df.assign(unstable=False)
     rows, held = [], {}
-    for name, worse, better, margin in FIXES_PREDICTIONS:
+    for name, worse, better, margin in predictions:
         c = lmstudy.contrast(every, worse, better, margin=margin)
         p = c["p_equivalent"] if margin else c["p_greater"]
         held[name] = bool(np.isfinite(p) and p < lmstudy.ALPHA)
@@ -67,28 +101,7 @@ def _fixes_claim(doc: _Doc, fixes: Source) -> None:
                 "held": "yes" if held[name] else "no",
             }
         )
-    fixes_held = [held[n] for n, *_ in FIXES_PREDICTIONS[1:]]
-    verdict = REPRODUCED if all(held.values()) else NOT if not any(fixes_held) else PARTIAL
-    doc.claim(FIXES_TITLE, verdict, rule, fixes)
-    fin = df[df["status"].isin(FINISHED)]
-    ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
-    doc.add(
-        _setting_line(fin),
-        "",
-        md_table(pd.DataFrame(rows)),
-        "",
-        "Each precision (every finished run; unstable as 1.6 counts it):",
-        "",
-        md_table(_outcomes(df, ref)),
-        "",
-    )
-    _curves_figure(
-        doc,
-        fixes,
-        fin,
-        "lm_spikes_fixes_curves.png",
-        f"Train loss and gradient norm at lr {_listed(_lrs(fin))}",
-    )
+    return pd.DataFrame(rows), held
 
 
 def _curves_figure(doc: _Doc, src: Source, df: pd.DataFrame, name: str, title: str) -> None:
@@ -306,6 +319,78 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
         "",
     )
     _curves_figure(doc, clamp, fin, "lm_spikes_clamp_curves.png", f"Train loss and gradient norm at lr {lrs}")
+
+
+CEIL_TITLE = "3.17 E8M0's ceil rule keeps full MX stable and closes its gap to bf16 (LM, pre-registered)"
+CEIL_STABLE_LR = 0.1
+CEIL_STABLE = (("C1", "mxfp8_e5m2", "mxfp8_e5m2_ceil"), ("C2", "mxfp8_e4m3", "mxfp8_e4m3_ceil"))
+"""``lm_spikes_ceil``' stability predictions (its header), at lr ``CEIL_STABLE_LR``: the format under
+floor unstable where under ceil it is not, more often than the reverse (exact one-sided McNemar)."""
+CEIL_LOSS_LR = 0.01
+CEIL_LOSS = (
+    ("C3", "mxfp8_e4m3", "mxfp8_e4m3_ceil", None),
+    ("C4", "mxfp8_e5m2", "mxfp8_e5m2_ceil", None),
+    ("C5", "mxfp8_e4m3_ceil", "bf16", 0.02),
+)
+"""Its loss predictions at lr ``CEIL_LOSS_LR``, as ``FIXES_PREDICTIONS``."""
+
+
+def ceil_claim(doc: _Doc, ceil: Source) -> None:
+    """3.17: does the ceil rule (no clamp of a block's maximum) keep both MXFP8 formats stable where
+    floor blows up (lr 0.1), and close full MX's gap to bf16 at bf16's best LR (1e-2)? Judged by
+    ``lm_spikes_ceil``' pre-registered rule: reproduced when C1–C5 hold, partially when some do."""
+    from analysis import lmstudy
+
+    names = [n for n, *_ in (*CEIL_STABLE, *CEIL_LOSS)]
+    rule = (
+        "Rule (pre-registered in `lm_spikes_ceil`' header before it ran): lm_spikes_clamp (1.6) found "
+        "that E8M0's floor rule, which clamps a block maximum in the format's top half-binade (E4M3: "
+        "[448, 512)·2^k cut to 448; E5M2 alike at 57344), causes full MXFP8 E4M3's blow-up at lr 0.1, "
+        "and that under the ceil rule (no clamp) it trains. Here both formats under both rules beside "
+        f"bf16, on fresh seeds. At lr {CEIL_STABLE_LR:g} (exact one-sided McNemar over the runs paired by "
+        "seed, unstable as in 1.6): C1 E5M2 under floor is unstable where under ceil it is not, more "
+        f"often than the reverse; C2 the same for E4M3. At lr {CEIL_LOSS_LR:g}, bf16's best, where full "
+        "E4M3 ended ~0.22 above bf16 without blowing up (final val loss, every finished run, "
+        "one-sided paired t over the seeds, α = 0.05): C3 E4M3 under floor ends above ceil; C4 the same "
+        "for E5M2; C5 E4M3 under ceil ≡ bf16 within ±0.02 (TOST): ceil closes the gap. Reproduced when "
+        f"{_and(names)} all hold; partially when some do; not when none does."
+    )
+    if not ceil.ran:
+        doc.claim(CEIL_TITLE, NOT_RUN, rule, ceil)
+        return
+    df = lmstudy.label_column(ceil.df)
+    lr = pd.to_numeric(df["train.lr"], errors="coerce")
+    high, low = df[np.isclose(lr, CEIL_STABLE_LR)], df[np.isclose(lr, CEIL_LOSS_LR)]
+    tests = [(name, lmstudy.unstable_pairs(high, a, b)) for name, a, b in CEIL_STABLE]
+    table, held = _loss_tests(low, CEIL_LOSS)
+    held |= {name: _held(t) for name, t in tests}
+    verdict = REPRODUCED if all(held.values()) else PARTIAL if any(held.values()) else NOT
+    doc.claim(CEIL_TITLE, verdict, rule, ceil)
+    fin = df[df["status"].isin(FINISHED)]
+    ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
+    doc.add(
+        _setting_line(fin),
+        "",
+        f"At lr {CEIL_STABLE_LR:g}, unstable runs paired by seed (C1, C2):",
+        "",
+        md_table(_pairs_table(tests)),
+        "",
+        f"At lr {CEIL_LOSS_LR:g}, final val loss on runs matched by seed (C3–C5):",
+        "",
+        md_table(table),
+        "",
+        "Each LR and precision (every finished run; unstable as 1.6 counts it):",
+        "",
+        md_table(_outcomes(df, ref)),
+        "",
+    )
+    fin_lr = pd.to_numeric(fin["train.lr"], errors="coerce")
+    for value, name in ((CEIL_STABLE_LR, "stable"), (CEIL_LOSS_LR, "loss")):
+        at = fin[np.isclose(fin_lr, value)]
+        if not at.empty:
+            _curves_figure(
+                doc, ceil, at, f"lm_spikes_ceil_{name}.png", f"Train loss and gradient norm at lr {value:g}"
+            )
 
 
 def _kept(src: Source) -> str:

@@ -22,7 +22,7 @@ import pandas as pd
 from analysis.instability import FINISHED, instability_map
 from analysis.lmstudy import ALPHA
 from analysis.report import md_table
-from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _seed_list
+from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _and, _Doc, _rel, _seed_list
 from records import TENSOR_ERROR
 
 
@@ -107,12 +107,6 @@ class Preregistered:
             return NOT
         core = [held.get(h, False) for h in self.decide]
         return REPRODUCED if all(core) else PARTIAL if any(core) else NOT
-
-
-def _and(names: tuple[str, ...] | list[str]) -> str:
-    """ "H1", "H1 and H2", "H1, H2 and H3"."""
-    names = list(names)
-    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def _num(value: float, spec: str) -> str:
