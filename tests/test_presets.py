@@ -64,6 +64,7 @@ TINY = {
     "lm_spikes_fixes": [*TINY_LM, "sweep.seeds=[101]"],
     "lm_spikes_clamp": [*TINY_LM, "sweep.seeds=[109]"],
     "lm_spikes_ceil": [*TINY_LM, "sweep.seeds=[115]"],
+    "lm_spikes_fwd_ceil": [*TINY_LM, "sweep.seeds=[121]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -205,6 +206,10 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes": (18, 0),  # bf16, MXFP8 E5M2, E4M3 at d48 L2, C = 2e12, seeds 95–100; × 3 LRs (hydra)
     "lm_spikes_fixes": (32, 0),  # bf16, full MXFP8 E4M3 and the study's two fixes, seeds 101–108, lr 1e-2
     "lm_spikes_clamp": (30, 0),  # bf16, full MXFP8 E4M3 floor / ceil and the two fixes, seeds 109–114, lr 0.1
+    "lm_spikes_fwd_ceil": (
+        32,
+        0,
+    ),  # bf16, forward-only E4M3 floor / ceil, full E4M3 ceil, seeds 121–128, 1e-2
     "lm_spikes_ceil": (30, 0),  # bf16, MXFP8 E4M3 and E5M2, floor and ceil, seeds 115–120; × 2 LRs (hydra)
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
@@ -316,6 +321,7 @@ VARIANTS = {
     "lm_spikes_fixes": "lm_spikes",
     "lm_spikes_clamp": "lm_spikes",
     "lm_spikes_ceil": "lm_spikes",
+    "lm_spikes_fwd_ceil": "lm_spikes",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -731,3 +737,29 @@ def test_lm_block_grads_fresh_keeps_the_gradients_of_each_family_in_bf16(tmp_pat
     }
     assert {k: v for k, v in weights.items() if k != "bf16"} == {name: {g} for name, g in families.items()}
     assert grads == dict.fromkeys(["bf16", *families], {"bf16"})
+
+
+def test_the_ceil_spike_presets_train_the_rule_each_name_says_in_the_roles_it_says(tmp_path):
+    """3.17 and 3.18 set E8M0's ceil rule against floor: `_ceil` names round every role they quantize
+    with ceil; forward-only MX quantizes the forward roles alone, under the rule its name says."""
+
+    def rule(s):
+        return s.elem.name, s.scale_rule.value
+
+    hp = {("fp32", "floor")}  # forward-only MX keeps both backward GEMMs in high precision
+    seen = _role_specs("lm_spikes_fwd_ceil", tmp_path, rule, roles=("w", "a"))
+    back = _role_specs("lm_spikes_fwd_ceil", tmp_path, rule, roles=("w_bwd", "a_bwd", "g_dgrad", "g_wgrad"))
+    assert seen == {
+        "bf16": {("bf16", "floor")},
+        "e4m3-fwd": {("fp8_e4m3", "floor")},
+        "e4m3-fwd-ceil": {("fp8_e4m3", "ceil")},
+        "mxfp8_e4m3_ceil": {("fp8_e4m3", "ceil")},
+    }
+    assert back["e4m3-fwd"] == back["e4m3-fwd-ceil"] == hp and back["mxfp8_e4m3_ceil"] == {
+        ("fp8_e4m3", "ceil")
+    }
+    assert _role_specs("lm_spikes_ceil", tmp_path / "ceil", rule) == {
+        "bf16": {("bf16", "floor")},
+        **{f"mxfp8_{f}": {(f"fp8_{f}", "floor")} for f in ("e4m3", "e5m2")},
+        **{f"mxfp8_{f}_ceil": {(f"fp8_{f}", "ceil")} for f in ("e4m3", "e5m2")},
+    }
