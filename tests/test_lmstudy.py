@@ -1586,21 +1586,26 @@ def _ceil_frame(offsets: dict[str, float], unstable: dict[str, int]) -> tuple[pd
 
 def test_ceil_claim_tests_stability_at_the_high_lr_and_the_gap_at_bf16s_best(tmp_path):
     from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc
-    from analysis.results.lm import ceil_claim
+    from analysis.results.lm import CEIL, follow_up_claim
 
     def claim(offsets, unstable, ran=True):
         src = Source("lm_spikes_ceil", "python launch.py -m experiment=lm_spikes_ceil", tmp_path / "ceil")
         if ran:
             src.df, src.cur = _ceil_frame(offsets, unstable)
         doc = _Doc(tmp_path / "docs" / "results.md")
-        ceil_claim(doc, src)
+        follow_up_claim(doc, CEIL, src)
         return "\n".join(doc.lines)
+
+    def rows(text, first="| C"):
+        return {
+            r[0][2:]: r for r in (line.split(" | ") for line in text.splitlines() if line.startswith(first))
+        }
 
     gap = {"mxfp8_e4m3": 0.2, "mxfp8_e5m2": 0.3, "mxfp8_e4m3_ceil": 0.005, "mxfp8_e5m2_ceil": 0.05}
     text = claim(gap, {"mxfp8_e4m3": 6, "mxfp8_e5m2": 6})
     assert f"**{REPRODUCED.capitalize()}.**" in text and "pre-registered in `lm_spikes_ceil`" in text
     assert "C1, C2, C3, C4 and C5 all hold" in text
-    c = {r[0][2:]: r for r in (line.split(" | ") for line in text.splitlines() if line.startswith("| C"))}
+    c = rows(text)
     assert list(c) == ["C1", "C2", "C3", "C4", "C5"]
     # C1, C2 pair lr 0.1's runs alone (6 seeds): floor alone unstable in 6, ceil in 0
     assert (c["C1"][1], c["C1"][2], c["C1"][3], c["C1"][5], c["C1"][6]) == (
@@ -1611,16 +1616,50 @@ def test_ceil_claim_tests_stability_at_the_high_lr_and_the_gap_at_bf16s_best(tmp
     assert c["C3"][1:4] == ["mxfp8_e4m3 > mxfp8_e4m3_ceil", "6", "+0.1950"]
     assert c["C5"][1:4] == ["mxfp8_e4m3_ceil ≡ bf16 (±0.02)", "6", "+0.0050"]
     assert all(r[-1] == "yes |" for r in c.values())
+    # the measured row: its Δ and a two-sided p, nothing to hold
+    (m,) = rows(text, "| M1").values()
+    assert m[1:4] == ["mxfp8_e5m2_ceil − bf16 (measured)", "6", "+0.0500"] and m[-1] == "– |"
     assert "at lr 0.01, 0.1; seeds 115–120." in text
-    for name in ("lm_spikes_ceil_stable.png", "lm_spikes_ceil_loss.png"):
+    for name in ("lm_spikes_ceil_lr0.1.png", "lm_spikes_ceil_lr0.01.png"):
         assert (tmp_path / "docs" / "figures" / name).exists()
     # ceil does not rescue E5M2 at lr 0.1 (C1 fails), nor close E4M3's gap (C5 fails): partially
     partly = claim({**gap, "mxfp8_e4m3_ceil": 0.1}, {"mxfp8_e4m3": 6, "mxfp8_e5m2": 6, "mxfp8_e5m2_ceil": 6})
     assert f"**{PARTIAL.capitalize()}.**" in partly
-    held = {
-        r[0][2:]: r[-1] for r in (line.split(" | ") for line in partly.splitlines() if line.startswith("| C"))
-    }
+    held = {name: r[-1] for name, r in rows(partly).items()}
     assert held == {"C1": "no |", "C2": "yes |", "C3": "yes |", "C4": "yes |", "C5": "no |"}
     same = {"mxfp8_e4m3": 0.2, "mxfp8_e5m2": 0.3, "mxfp8_e4m3_ceil": 0.2, "mxfp8_e5m2_ceil": 0.3}
     assert f"**{NOT.capitalize()}.**" in claim(same, {})
     assert f"**{NOT_RUN.capitalize()}.**" in claim(gap, {}, ran=False)
+
+
+def test_fwd_ceil_claim_tests_forward_only_mx_under_both_rules_at_one_lr(tmp_path):
+    from analysis.results.common import PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import FWD_CEIL, follow_up_claim
+
+    def claim(offsets):
+        frame, cur = _fixes_frame(offsets)  # bf16, full MX and the two fixes at lr 0.01, seeds 101–108
+        names = {"e4m3w-bf16a": "e4m3-fwd-ceil", "mxfp8_e4m3": "mxfp8_e4m3_ceil"}  # the same shapes
+        frame["sweep.precision"] = frame["sweep.precision"].replace(names)
+        jitter = 0.001 * (frame["train.seed"] % 3 - 1)  # sums to 0 over seeds 101–108
+        frame.loc[frame["sweep.precision"].eq("e4m3-fwd-ceil"), "final_val_loss"] += jitter  # no constant Δ
+        src = Source(
+            "lm_spikes_fwd_ceil", "python launch.py -m experiment=lm_spikes_fwd_ceil", tmp_path / "f"
+        )
+        src.df, src.cur = frame, cur
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        follow_up_claim(doc, FWD_CEIL, src)
+        return "\n".join(doc.lines)
+
+    text = claim({"e4m3-fwd": 0.015, "e4m3w-bf16a": 0.004, "mxfp8_e4m3": 0.01})
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "Reproduced when F1 and F2 all hold" in text
+    r = {
+        x[0][2:]: x
+        for x in (line.split(" | ") for line in text.splitlines() if line.startswith(("| F", "| M")))
+    }
+    assert list(r) == ["F1", "F2", "M1", "M2"]
+    assert r["F1"][1] == "e4m3-fwd > e4m3-fwd-ceil" and r["F1"][3] == "+0.0110"
+    assert r["F2"][1] == "e4m3-fwd-ceil ≡ bf16 (±0.02)" and r["M2"][3] == "+0.0100" and r["M2"][-1] == "– |"
+    assert "unstable runs paired" not in text  # no stability predictions: no paired table
+    assert (tmp_path / "docs" / "figures" / "lm_spikes_fwd_ceil_lr0.01.png").exists()
+    # the clamp is not the residual: F1 fails, F2 holds
+    assert f"**{PARTIAL.capitalize()}.**" in claim({"e4m3-fwd": 0.004, "e4m3w-bf16a": 0.004})

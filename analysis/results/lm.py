@@ -6,6 +6,9 @@ own (3.2 onwards) are in ``analysis.results.preregistered``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -14,15 +17,28 @@ from analysis.report import md_table
 from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _and, _Doc, _rel, _seed_list
 
 FIXES_TITLE = "1.5 MX weights with bf16 activations, and forward-only MX, train like bf16 (LM)"
+
+
+class LossTest(NamedTuple):
+    """A pre-registered loss prediction on a one-shape LM sweep: ``worse`` ends above ``better``
+    (one-sided paired t over runs matched by seed), or with a ``margin`` the two are equivalent within it
+    (TOST); ``measured``: a contrast reported beside them, two-sided, with nothing to hold."""
+
+    name: str
+    worse: str
+    better: str
+    margin: float | None = None
+    measured: bool = False
+
+
 FIXES_PREDICTIONS = (
-    ("P1", "mxfp8_e4m3", "bf16", None),
-    ("P2", "mxfp8_e4m3", "e4m3w-bf16a", None),
-    ("P3", "mxfp8_e4m3", "e4m3-fwd", None),
-    ("P4", "e4m3w-bf16a", "bf16", 0.02),
-    ("P5", "e4m3-fwd", "bf16", 0.02),
+    LossTest("P1", "mxfp8_e4m3", "bf16"),
+    LossTest("P2", "mxfp8_e4m3", "e4m3w-bf16a"),
+    LossTest("P3", "mxfp8_e4m3", "e4m3-fwd"),
+    LossTest("P4", "e4m3w-bf16a", "bf16", 0.02),
+    LossTest("P5", "e4m3-fwd", "bf16", 0.02),
 )
-"""``lm_spikes_fixes``' predictions (its header): (name, worse, better, TOST margin): the first ends above
-the second (one-sided), or with a margin the two are equivalent within it."""
+"""``lm_spikes_fixes``' predictions (its header)."""
 
 
 def lm_claims(doc: _Doc, lm: Source, fixes: Source | None = None) -> None:
@@ -50,7 +66,7 @@ def _fixes_claim(doc: _Doc, fixes: Source) -> None:
     )
     df = lmstudy.label_column(fixes.df)
     table, held = _loss_tests(df, FIXES_PREDICTIONS)
-    fixes_held = [held[n] for n, *_ in FIXES_PREDICTIONS[1:]]
+    fixes_held = [held[h.name] for h in FIXES_PREDICTIONS[1:]]
     verdict = REPRODUCED if all(held.values()) else NOT if not any(fixes_held) else PARTIAL
     doc.claim(FIXES_TITLE, verdict, rule, fixes)
     fin = df[df["status"].isin(FINISHED)]
@@ -74,31 +90,34 @@ def _fixes_claim(doc: _Doc, fixes: Source) -> None:
     )
 
 
-def _loss_tests(
-    df: pd.DataFrame, predictions: tuple[tuple[str, str, str, float | None], ...]
-) -> tuple[pd.DataFrame, dict[str, bool]]:
-    """Pre-registered loss predictions (name, worse, better, TOST margin) on a labelled sweep: the
-    first ends above the second (one-sided paired t over runs matched by seed), or with a margin the
-    two are equivalent within it. Every finished run with a finite loss counts, unstable or not (an
-    unstable run is the effect, not noise). The table of tests, and which held."""
+def _loss_tests(df: pd.DataFrame, predictions: tuple[LossTest, ...]) -> tuple[pd.DataFrame, dict[str, bool]]:
+    """``predictions`` on a labelled one-shape sweep. Every finished run with a finite loss counts,
+    unstable or not (an unstable run is the effect, not noise). The table of tests, and which of the
+    predictions (not the measured rows) held."""
     from analysis import lmstudy
 
     every = df.assign(unstable=False)
     rows, held = [], {}
-    for name, worse, better, margin in predictions:
-        c = lmstudy.contrast(every, worse, better, margin=margin)
-        p = c["p_equivalent"] if margin else c["p_greater"]
-        held[name] = bool(np.isfinite(p) and p < lmstudy.ALPHA)
+    for h in predictions:
+        c = lmstudy.contrast(every, h.worse, h.better, margin=h.margin)
+        if h.measured:
+            test, p = f"{h.worse} − {h.better} (measured)", c["p_two_sided"]
+        elif h.margin:
+            test, p = f"{h.worse} ≡ {h.better} (±{h.margin:g})", c["p_equivalent"]
+        else:
+            test, p = f"{h.worse} > {h.better}", c["p_greater"]
+        if not h.measured:
+            held[h.name] = bool(np.isfinite(p) and p < lmstudy.ALPHA)
         lo, hi = c["ci90"]
         rows.append(
             {
-                "prediction": name,
-                "test": f"{worse} ≡ {better} (±{margin:g})" if margin else f"{worse} > {better}",
+                "prediction": h.name,
+                "test": test,
                 "pairs": c["n_pairs"],
                 "Δ (mean)": f"{c['mean']:+.4f}" if c["n_pairs"] else "–",
                 "90 % CI": f"[{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else "–",
                 "p": f"{p:.2g}" if np.isfinite(p) else "–",
-                "held": "yes" if held[name] else "no",
+                "held": "–" if h.measured else "yes" if held[h.name] else "no",
             }
         )
     return pd.DataFrame(rows), held
@@ -321,76 +340,127 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
     _curves_figure(doc, clamp, fin, "lm_spikes_clamp_curves.png", f"Train loss and gradient norm at lr {lrs}")
 
 
-CEIL_TITLE = "3.17 E8M0's ceil rule keeps full MX stable and closes its gap to bf16 (LM, pre-registered)"
-CEIL_STABLE_LR = 0.1
-CEIL_STABLE = (("C1", "mxfp8_e5m2", "mxfp8_e5m2_ceil"), ("C2", "mxfp8_e4m3", "mxfp8_e4m3_ceil"))
-"""``lm_spikes_ceil``' stability predictions (its header), at lr ``CEIL_STABLE_LR``: the format under
-floor unstable where under ceil it is not, more often than the reverse (exact one-sided McNemar)."""
-CEIL_LOSS_LR = 0.01
-CEIL_LOSS = (
-    ("C3", "mxfp8_e4m3", "mxfp8_e4m3_ceil", None),
-    ("C4", "mxfp8_e5m2", "mxfp8_e5m2_ceil", None),
-    ("C5", "mxfp8_e4m3_ceil", "bf16", 0.02),
+@dataclass(frozen=True)
+class SpikeFollowUp:
+    """A pre-registered follow-up of 1.5 and 1.6 in ``lm_spikes``' shape (a claim of our own, 3.17 on):
+    stability predictions at ``stable_lr`` (the first precision unstable where the second is not, more
+    often than the reverse: exact one-sided McNemar over runs paired by seed) and loss predictions at
+    ``loss_lr`` (``LossTest``). Reproduced when every prediction holds, partially when some do, not when
+    none does. ``why``: what it tests and how, before the rule's sentence."""
+
+    title: str
+    preset: str
+    why: str
+    stable: tuple[tuple[str, str, str], ...] = ()
+    stable_lr: float | None = None
+    loss: tuple[LossTest, ...] = ()
+    loss_lr: float | None = None
+
+    def names(self) -> list[str]:
+        return [*(n for n, _, _ in self.stable), *(h.name for h in self.loss if not h.measured)]
+
+    def rule(self) -> str:
+        return (
+            f"Rule (pre-registered in `{self.preset}`' header before it ran): {self.why} Reproduced when "
+            f"{_and(self.names())} all hold; partially when some do; not when none does."
+        )
+
+
+CEIL = SpikeFollowUp(
+    title="3.17 E8M0's ceil rule keeps full MX stable and closes its gap to bf16 (LM, pre-registered)",
+    preset="lm_spikes_ceil",
+    why=(
+        "lm_spikes_clamp (1.6) found that E8M0's floor rule, which clamps a block maximum in the format's "
+        "top half-binade (E4M3: [448, 512)·2^k cut to 448; E5M2 alike at 57344), causes full MXFP8 E4M3's "
+        "blow-up at lr 0.1, and that under the ceil rule (no clamp) it trains. Here both formats under both "
+        "rules beside bf16, on fresh seeds. At lr 0.1 (exact one-sided McNemar over the runs paired by "
+        "seed, unstable as in 1.6): C1 E5M2 under floor is unstable where under ceil it is not, more often "
+        "than the reverse; C2 the same for E4M3. At lr 0.01, bf16's best, where full E4M3 ended ~0.22 above "
+        "bf16 without blowing up (final val loss, every finished run, one-sided paired t over the seeds, "
+        "α = 0.05): C3 E4M3 under floor ends above ceil; C4 the same for E5M2; C5 E4M3 under ceil ≡ bf16 "
+        "within ±0.02 (TOST): ceil closes the gap. M1 (E5M2 under ceil against bf16) is measured."
+    ),
+    stable=(("C1", "mxfp8_e5m2", "mxfp8_e5m2_ceil"), ("C2", "mxfp8_e4m3", "mxfp8_e4m3_ceil")),
+    stable_lr=0.1,
+    loss=(
+        LossTest("C3", "mxfp8_e4m3", "mxfp8_e4m3_ceil"),
+        LossTest("C4", "mxfp8_e5m2", "mxfp8_e5m2_ceil"),
+        LossTest("C5", "mxfp8_e4m3_ceil", "bf16", 0.02),
+        LossTest("M1", "mxfp8_e5m2_ceil", "bf16", measured=True),
+    ),
+    loss_lr=0.01,
 )
-"""Its loss predictions at lr ``CEIL_LOSS_LR``, as ``FIXES_PREDICTIONS``."""
+
+FWD_CEIL = SpikeFollowUp(
+    title="3.18 Forward-only MX's residual gap is the floor rule's clamp: under ceil it trains like bf16 "
+    "(LM, pre-registered)",
+    preset="lm_spikes_fwd_ceil",
+    why=(
+        "In 1.5 forward-only MXFP8 E4M3 (E4M3 forward, both backward GEMMs in high precision) ended +0.015 "
+        "above bf16 at lr 0.01, its interval past ±0.02 (P5 failed); under floor its forward pass still "
+        "clamps each block maximum of the weights and activations. Here it under floor and under ceil, "
+        "full E4M3 under ceil and bf16, on fresh seeds at lr 0.01 (final val loss, every finished run, "
+        "one-sided paired t over the seeds, α = 0.05): F1 forward-only MX under floor ends above it under "
+        "ceil; F2 forward-only MX under ceil ≡ bf16 within ±0.02 (TOST). M1 (1.5's P5 on fresh seeds; "
+        "1.5 keeps its own verdict) and M2 are measured."
+    ),
+    loss=(
+        LossTest("F1", "e4m3-fwd", "e4m3-fwd-ceil"),
+        LossTest("F2", "e4m3-fwd-ceil", "bf16", 0.02),
+        LossTest("M1", "e4m3-fwd", "bf16", measured=True),
+        LossTest("M2", "mxfp8_e4m3_ceil", "bf16", measured=True),
+    ),
+    loss_lr=0.01,
+)
+
+FOLLOW_UPS = (CEIL, FWD_CEIL)
 
 
-def ceil_claim(doc: _Doc, ceil: Source) -> None:
-    """3.17: does the ceil rule (no clamp of a block's maximum) keep both MXFP8 formats stable where
-    floor blows up (lr 0.1), and close full MX's gap to bf16 at bf16's best LR (1e-2)? Judged by
-    ``lm_spikes_ceil``' pre-registered rule: reproduced when C1–C5 hold, partially when some do."""
+def follow_up_claim(doc: _Doc, spec: SpikeFollowUp, src: Source) -> None:
+    """A ``SpikeFollowUp`` judged on its sweep: the paired stability table at its high LR, the loss
+    tests at its low LR, every (LR, precision)'s outcomes, and the curves at each LR it tests."""
     from analysis import lmstudy
 
-    names = [n for n, *_ in (*CEIL_STABLE, *CEIL_LOSS)]
-    rule = (
-        "Rule (pre-registered in `lm_spikes_ceil`' header before it ran): lm_spikes_clamp (1.6) found "
-        "that E8M0's floor rule, which clamps a block maximum in the format's top half-binade (E4M3: "
-        "[448, 512)·2^k cut to 448; E5M2 alike at 57344), causes full MXFP8 E4M3's blow-up at lr 0.1, "
-        "and that under the ceil rule (no clamp) it trains. Here both formats under both rules beside "
-        f"bf16, on fresh seeds. At lr {CEIL_STABLE_LR:g} (exact one-sided McNemar over the runs paired by "
-        "seed, unstable as in 1.6): C1 E5M2 under floor is unstable where under ceil it is not, more "
-        f"often than the reverse; C2 the same for E4M3. At lr {CEIL_LOSS_LR:g}, bf16's best, where full "
-        "E4M3 ended ~0.22 above bf16 without blowing up (final val loss, every finished run, "
-        "one-sided paired t over the seeds, α = 0.05): C3 E4M3 under floor ends above ceil; C4 the same "
-        "for E5M2; C5 E4M3 under ceil ≡ bf16 within ±0.02 (TOST): ceil closes the gap. Reproduced when "
-        f"{_and(names)} all hold; partially when some do; not when none does."
-    )
-    if not ceil.ran:
-        doc.claim(CEIL_TITLE, NOT_RUN, rule, ceil)
+    if not src.ran:
+        doc.claim(spec.title, NOT_RUN, spec.rule(), src)
         return
-    df = lmstudy.label_column(ceil.df)
+    df = lmstudy.label_column(src.df)
     lr = pd.to_numeric(df["train.lr"], errors="coerce")
-    high, low = df[np.isclose(lr, CEIL_STABLE_LR)], df[np.isclose(lr, CEIL_LOSS_LR)]
-    tests = [(name, lmstudy.unstable_pairs(high, a, b)) for name, a, b in CEIL_STABLE]
-    table, held = _loss_tests(low, CEIL_LOSS)
-    held |= {name: _held(t) for name, t in tests}
+    held: dict[str, bool] = {}
+    parts = []
+    if spec.stable:
+        tests = [
+            (n, lmstudy.unstable_pairs(df[np.isclose(lr, spec.stable_lr)], a, b)) for n, a, b in spec.stable
+        ]
+        held |= {n: _held(t) for n, t in tests}
+        names = _and([n for n, _, _ in spec.stable])
+        parts += [f"At lr {spec.stable_lr:g}, unstable runs paired by seed ({names}):", "",
+                  md_table(_pairs_table(tests)), ""]  # fmt: skip
+    if spec.loss:
+        table, own = _loss_tests(df[np.isclose(lr, spec.loss_lr)], spec.loss)
+        held |= own
+        names = _and([h.name for h in spec.loss])
+        parts += [f"At lr {spec.loss_lr:g}, final val loss on runs matched by seed ({names}):", "",
+                  md_table(table), ""]  # fmt: skip
     verdict = REPRODUCED if all(held.values()) else PARTIAL if any(held.values()) else NOT
-    doc.claim(CEIL_TITLE, verdict, rule, ceil)
+    doc.claim(spec.title, verdict, spec.rule(), src)
     fin = df[df["status"].isin(FINISHED)]
     ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
     doc.add(
         _setting_line(fin),
         "",
-        f"At lr {CEIL_STABLE_LR:g}, unstable runs paired by seed (C1, C2):",
-        "",
-        md_table(_pairs_table(tests)),
-        "",
-        f"At lr {CEIL_LOSS_LR:g}, final val loss on runs matched by seed (C3–C5):",
-        "",
-        md_table(table),
-        "",
+        *parts,
         "Each LR and precision (every finished run; unstable as 1.6 counts it):",
         "",
         md_table(_outcomes(df, ref)),
         "",
     )
     fin_lr = pd.to_numeric(fin["train.lr"], errors="coerce")
-    for value, name in ((CEIL_STABLE_LR, "stable"), (CEIL_LOSS_LR, "loss")):
+    for value in dict.fromkeys(v for v in (spec.stable_lr, spec.loss_lr) if v is not None):
         at = fin[np.isclose(fin_lr, value)]
         if not at.empty:
-            _curves_figure(
-                doc, ceil, at, f"lm_spikes_ceil_{name}.png", f"Train loss and gradient norm at lr {value:g}"
-            )
+            name = f"{spec.preset}_lr{value:g}.png"
+            _curves_figure(doc, src, at, name, f"Train loss and gradient norm at lr {value:g}")
 
 
 def _kept(src: Source) -> str:

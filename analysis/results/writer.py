@@ -11,7 +11,7 @@ from typing import Any
 
 from analysis.results.blocksize import blocksize_claims
 from analysis.results.common import _Doc, _load, _rel
-from analysis.results.lm import ceil_claim, law_section, lm_claims, spikes_claim
+from analysis.results.lm import FOLLOW_UPS, follow_up_claim, law_section, lm_claims, spikes_claim
 from analysis.results.preregistered import preregistered_section
 from analysis.results.preregistered_claims import PREREGISTERED
 from analysis.results.presets import (
@@ -59,9 +59,9 @@ def write_results(
                             archives, with_curves=True)  # fmt: skip
     lm = _load("lm_precisions", "python launch.py -m experiment=lm_precisions", sweeps / "lm_precisions",
                archives)  # fmt: skip
-    spikes, fixes, clamp, ceil = (
+    spikes, fixes, clamp, *follow = (
         _load(n, f"python launch.py -m experiment={n}", sweeps / n, archives, with_curves=True)
-        for n in ("lm_spikes", "lm_spikes_fixes", "lm_spikes_clamp", "lm_spikes_ceil")
+        for n in ("lm_spikes", "lm_spikes_fixes", "lm_spikes_clamp", *(f.preset for f in FOLLOW_UPS))
     )
     pilot = "lm_spikes_pilot"  # its curves are not drawn, so not read
     spikes_pilot = _load(pilot, f"python launch.py -m experiment={pilot}", sweeps / pilot, archives)
@@ -80,7 +80,7 @@ def write_results(
         spikes_pilot,
         fixes,
         clamp,
-        ceil,
+        *follow,
         *own.values(),
         bs,
     ):
@@ -119,7 +119,8 @@ def write_results(
     read = {lm.name: lm, **own}  # the sweeps a section's predictions may have been read off
     for spec in PREREGISTERED:
         preregistered_section(doc, spec, own[spec.preset], explore=read.get(spec.explore or ""))
-    ceil_claim(doc, ceil)
+    for spec, src in zip(FOLLOW_UPS, follow, strict=True):
+        follow_up_claim(doc, spec, src)
     clamp_sweeps = [c for c, _, _ in clamps]
     search_log(
         doc,
