@@ -1,7 +1,9 @@
 """The LM sections: 1.5 (MX weights with bf16 activations, and forward-only MX, train like bf16),
 1.6 (loss spikes in W × A sweeps at CPU scale) and 3.1 (one scaling law over all precisions, each
-format's effective-parameter multiplier m_P; ``analysis.precision``). The pre-registered claims of our
-own (3.2 onwards) are in ``analysis.results.preregistered``.
+format's effective-parameter multiplier m_P; ``analysis.precision``), and the pre-registered follow-ups
+of 1.5 and 1.6 in their shape (3.17 on: ``SpikeFollowUp``, whose predictions test stability by an exact
+McNemar test over runs paired by seed and the loss by paired t and TOST). The other pre-registered
+claims of our own (3.2–3.16) are in ``analysis.results.preregistered``.
 """
 
 from __future__ import annotations
