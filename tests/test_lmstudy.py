@@ -1651,7 +1651,7 @@ def test_fwd_ceil_claim_tests_forward_only_mx_under_both_rules_at_one_lr(tmp_pat
         return "\n".join(doc.lines)
 
     text = claim({"e4m3-fwd": 0.015, "e4m3w-bf16a": 0.004, "mxfp8_e4m3": 0.01})
-    assert f"**{REPRODUCED.capitalize()}.**" in text and "Reproduced when F1 and F2 all hold" in text
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "Reproduced when F1 and F2 both hold" in text
     r = {
         x[0][2:]: x
         for x in (line.split(" | ") for line in text.splitlines() if line.startswith(("| F", "| M")))

@@ -364,7 +364,8 @@ class SpikeFollowUp:
     def rule(self) -> str:
         return (
             f"Rule (pre-registered in `{self.preset}`' header before it ran): {self.why} Reproduced when "
-            f"{_and(self.names())} all hold; partially when some do; not when none does."
+            f"{_and(self.names())} {'both' if len(self.names()) == 2 else 'all'} hold; partially when some "
+            "do; not when none does."
         )
 
 
@@ -398,7 +399,7 @@ FWD_CEIL = SpikeFollowUp(
     "(LM, pre-registered)",
     preset="lm_spikes_fwd_ceil",
     why=(
-        "In 1.5 forward-only MXFP8 E4M3 (E4M3 forward, both backward GEMMs in high precision) ended +0.015 "
+        "in 1.5 forward-only MXFP8 E4M3 (E4M3 forward, both backward GEMMs in high precision) ended +0.015 "
         "above bf16 at lr 0.01, its interval past ±0.02 (P5 failed); under floor its forward pass still "
         "clamps each block maximum of the weights and activations. Here it under floor and under ceil, "
         "full E4M3 under ceil and bf16, on fresh seeds at lr 0.01 (final val loss, every finished run, "
