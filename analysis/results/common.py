@@ -189,12 +189,15 @@ class _Doc:
 
     def claim(self, title: str, verdict: str, rule: str, src: Source) -> None:
         self.add(f"### {title}", "", f"**{verdict.capitalize()}.** {rule}", "")
-        wall = src.wall if src.ran else "–"
-        kept = f", archived in `{_rel(src.archive)}`" if src.ran and src.archive else ""
-        self.add(
-            f"Command: `{src.command}` (records: `{_rel(src.path)}`{kept}; wall time as recorded: {wall}).",
-            "",
-        )
+        self.add(f"Command: {_cited(src)}.", "")
+
+
+def _cited(src: Source) -> str:
+    """A sweep as the document cites it: its command, where its records are (and their archive), and
+    the wall time they recorded."""
+    wall = src.wall if src.ran else "–"
+    kept = f", archived in `{_rel(src.archive)}`" if src.ran and src.archive else ""
+    return f"`{src.command}` (records: `{_rel(src.path)}`{kept}; wall time as recorded: {wall})"
 
 
 def _rel(path: Path) -> str:

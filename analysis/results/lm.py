@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.instability import FINISHED, instability_map, sci, si
 from analysis.report import md_table
-from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _and, _Doc, _rel, _seed_list
+from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _and, _cited, _Doc, _seed_list
 
 FIXES_TITLE = "1.5 MX weights with bf16 activations, and forward-only MX, train like bf16 (LM)"
 
@@ -31,6 +31,21 @@ class LossTest(NamedTuple):
     better: str
     margin: float | None = None
     measured: bool = False
+
+
+class PairTest(NamedTuple):
+    """A pre-registered stability prediction: ``worse`` is unstable where ``better`` of the same (LR,
+    seed) is not, more often than the reverse (exact one-sided McNemar over the discordant pairs)."""
+
+    name: str
+    worse: str
+    better: str
+
+
+def _all_some_none(held: dict[str, bool]) -> str:
+    """The rule most claims here share: reproduced when every prediction holds, partially when some do,
+    not when none does."""
+    return REPRODUCED if all(held.values()) else PARTIAL if any(held.values()) else NOT
 
 
 FIXES_PREDICTIONS = (
@@ -196,7 +211,7 @@ def _first_look_fixes(doc: _Doc, lm: Source, claim: bool) -> None:
 
 
 SPIKES_TITLE = "1.6 Sharp loss spikes in MX W × A sweeps (LM, CPU scale)"
-SPIKES_PREDICTIONS = (("U1", "mxfp8_e5m2"), ("U2", "mxfp8_e4m3"))
+SPIKES_PREDICTIONS = (PairTest("U1", "mxfp8_e5m2", "bf16"), PairTest("U2", "mxfp8_e4m3", "bf16"))
 """``lm_spikes``' predictions (its header): each format unstable where bf16 of the same (LR, seed) is
 not, more often than the reverse (exact one-sided McNemar, p < 0.05)."""
 ABOVE_BEST = 0.008
@@ -231,10 +246,8 @@ def spikes_claim(
     if ref is None:
         doc.claim(SPIKES_TITLE, NOT, rule + " (no bf16 runs to compare against)", spikes)
         return
-    tests = [(name, lmstudy.unstable_pairs(df, label, ref)) for name, label in SPIKES_PREDICTIONS]
-    held = [_held(t) for _, t in tests]
-    verdict = REPRODUCED if all(held) else PARTIAL if any(held) else NOT
-    doc.claim(SPIKES_TITLE, verdict, rule, spikes)
+    pairs, held = _stability_tests(df, tuple(h._replace(better=ref) for h in SPIKES_PREDICTIONS))
+    doc.claim(SPIKES_TITLE, _all_some_none(held), rule, spikes)
     fin = df[df["status"].isin(FINISHED)]
     doc.add(
         _setting_line(fin),
@@ -242,7 +255,7 @@ def spikes_claim(
         *_pilot_line(pilot),
         "Unstable runs paired by (LR, seed) against bf16 (the rule's test):",
         "",
-        md_table(_pairs_table(tests)),
+        md_table(pairs),
         "",
         "Each LR (final val loss and Δ vs bf16 over every finished run, unstable ones included; Δ on runs "
         f"of that LR matched by seed; a run that ended ≥ {ABOVE_BEST:g} above its own best val loss ended "
@@ -273,46 +286,45 @@ def spikes_claim(
 
 def _first_look_line(lm: Source, df: pd.DataFrame) -> str:
     lrs = _listed(_lrs(df[df["status"].isin(FINISHED)]))
-    return (
-        f"The first look, at one LR ({lrs}): `{lm.command}` (records: `{_rel(lm.path)}`; wall time as "
-        f"recorded: {lm.wall})."
-    )
+    return f"The first look, at one LR ({lrs}): {_cited(lm)}."
 
 
 CLAMP_PREDICTIONS = (
-    ("K1", "mxfp8_e4m3", "bf16"),
-    ("K2", "mxfp8_e4m3", "mxfp8_e4m3_ceil"),
-    ("K3", "mxfp8_e4m3", "e4m3w-bf16a"),
-    ("K4", "mxfp8_e4m3", "e4m3-fwd"),
+    PairTest("K1", "mxfp8_e4m3", "bf16"),
+    PairTest("K2", "mxfp8_e4m3", "mxfp8_e4m3_ceil"),
+    PairTest("K3", "mxfp8_e4m3", "e4m3w-bf16a"),
+    PairTest("K4", "mxfp8_e4m3", "e4m3-fwd"),
 )
-"""``lm_spikes_clamp``' predictions (its header): the first unstable where the second is not, more often
-than the reverse (exact one-sided McNemar, p < 0.05); each reported on its own."""
+"""``lm_spikes_clamp``' predictions (its header), each reported on its own."""
 
 
-def _held(t: dict) -> bool:
+def _stability_tests(
+    df: pd.DataFrame, predictions: tuple[PairTest, ...]
+) -> tuple[pd.DataFrame, dict[str, bool]]:
+    """``predictions`` on a labelled sweep (``lmstudy.unstable_pairs``; runs paired by LR and seed): the
+    paired table (each prediction's two precisions, the four cells, the one-sided p, whether it held),
+    and which held. The twin of ``_loss_tests``."""
     from analysis import lmstudy
 
-    return t["n_pairs"] > 0 and t["p_greater"] < lmstudy.ALPHA
-
-
-def _pairs_table(tests: list[tuple[str, dict]]) -> pd.DataFrame:
-    """``lmstudy.unstable_pairs`` results as the paired table: each prediction's two precisions, the
-    four cells, the one-sided p and whether it held."""
-    return pd.DataFrame(
-        {
-            "prediction": name,
-            "unstable": t["label"],
-            "where not": t["reference"],
-            "pairs": t["n_pairs"],
-            "both unstable": t["both"],
-            "first alone": t["only"],
-            "second alone": t["only_reference"],
-            "neither": t["neither"],
-            "p (one-sided)": f"{t['p_greater']:.2g}",
-            "held": "yes" if _held(t) else "no",
-        }
-        for name, t in tests
-    )
+    rows, held = [], {}
+    for h in predictions:
+        t = lmstudy.unstable_pairs(df, h.worse, h.better)
+        held[h.name] = bool(t["n_pairs"] > 0 and t["p_greater"] < lmstudy.ALPHA)
+        rows.append(
+            {
+                "prediction": h.name,
+                "unstable": h.worse,
+                "where not": h.better,
+                "pairs": t["n_pairs"],
+                "both unstable": t["both"],
+                "first alone": t["only"],
+                "second alone": t["only_reference"],
+                "neither": t["neither"],
+                "p (one-sided)": f"{t['p_greater']:.2g}",
+                "held": "yes" if held[h.name] else "no",
+            }
+        )
+    return pd.DataFrame(rows), held
 
 
 def _clamp_block(doc: _Doc, clamp: Source) -> None:
@@ -320,21 +332,20 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
 
     df = lmstudy.label_column(clamp.df)
     ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
-    tests = [(name, lmstudy.unstable_pairs(df, a, b)) for name, a, b in CLAMP_PREDICTIONS]
+    pairs, ok = _stability_tests(df, CLAMP_PREDICTIONS)
     fin = df[df["status"].isin(FINISHED)]
     lrs = _listed(_lrs(fin))
-    held = [name for name, t in tests if _held(t)]
+    held = [name for name, h in ok.items() if h]
     doc.add(
         f"What averts the blow-up, at lr {lrs} on fresh seeds {_seed_list(_seeds(fin))}: "
-        f"`{clamp.command}` (records: `{_rel(clamp.path)}`{_kept(clamp)}; "
-        f"wall time as recorded: {clamp.wall}). Predictions K1–K4, fixed in its header before it ran, "
+        f"{_cited(clamp)}. Predictions K1–K4, fixed in its header before it ran, "
         "each an exact one-sided McNemar test over the seeds (reported on their own, not part of 1.6's "
         "rule): K1 full MXFP8 E4M3 unstable where bf16 is not (lm_spikes replicated); K2 where the same "
         "format under E8M0's ceil rule (no clamp of the block maximum) is not; K3 where MX weights + "
         "bf16 activations are not; K4 where forward-only MX is not. "
         f"Held: {', '.join(held) if held else 'none'}.",
         "",
-        md_table(_pairs_table(tests)),
+        md_table(pairs),
         "",
         md_table(_outcomes(df, ref)),
         "",
@@ -353,19 +364,20 @@ class SpikeFollowUp:
     title: str
     preset: str
     why: str
-    stable: tuple[tuple[str, str, str], ...] = ()
+    stable: tuple[PairTest, ...] = ()
     stable_lr: float | None = None
     loss: tuple[LossTest, ...] = ()
     loss_lr: float | None = None
 
     def names(self) -> list[str]:
-        return [*(n for n, _, _ in self.stable), *(h.name for h in self.loss if not h.measured)]
+        return [*(h.name for h in self.stable), *(h.name for h in self.loss if not h.measured)]
 
     def rule(self) -> str:
+        names = self.names()
         return (
             f"Rule (pre-registered in `{self.preset}`' header before it ran): {self.why} Reproduced when "
-            f"{_and(self.names())} {'both' if len(self.names()) == 2 else 'all'} hold; partially when some "
-            "do; not when none does."
+            f"{_and(names)} {'both' if len(names) == 2 else 'all'} hold; partially when some do; not when "
+            "none does."
         )
 
 
@@ -383,7 +395,7 @@ CEIL = SpikeFollowUp(
         "α = 0.05): C3 E4M3 under floor ends above ceil; C4 the same for E5M2; C5 E4M3 under ceil ≡ bf16 "
         "within ±0.02 (TOST): ceil closes the gap. M1 (E5M2 under ceil against bf16) is measured."
     ),
-    stable=(("C1", "mxfp8_e5m2", "mxfp8_e5m2_ceil"), ("C2", "mxfp8_e4m3", "mxfp8_e4m3_ceil")),
+    stable=(PairTest("C1", "mxfp8_e5m2", "mxfp8_e5m2_ceil"), PairTest("C2", "mxfp8_e4m3", "mxfp8_e4m3_ceil")),
     stable_lr=0.1,
     loss=(
         LossTest("C3", "mxfp8_e4m3", "mxfp8_e4m3_ceil"),
@@ -428,25 +440,18 @@ def follow_up_claim(doc: _Doc, spec: SpikeFollowUp, src: Source) -> None:
         doc.claim(spec.title, NOT_RUN, spec.rule(), src)
         return
     df = lmstudy.label_column(src.df)
-    lr = pd.to_numeric(df["train.lr"], errors="coerce")
+    df = df.assign(_lr=pd.to_numeric(df["train.lr"], errors="coerce"))
     held: dict[str, bool] = {}
     parts = []
-    if spec.stable:
-        tests = [
-            (n, lmstudy.unstable_pairs(df[np.isclose(lr, spec.stable_lr)], a, b)) for n, a, b in spec.stable
-        ]
-        held |= {n: _held(t) for n, t in tests}
-        names = _and([n for n, _, _ in spec.stable])
-        parts += [f"At lr {spec.stable_lr:g}, unstable runs paired by seed ({names}):", "",
-                  md_table(_pairs_table(tests)), ""]  # fmt: skip
-    if spec.loss:
-        table, own = _loss_tests(df[np.isclose(lr, spec.loss_lr)], spec.loss)
-        held |= own
-        names = _and([h.name for h in spec.loss])
-        parts += [f"At lr {spec.loss_lr:g}, final val loss on runs matched by seed ({names}):", "",
-                  md_table(table), ""]  # fmt: skip
-    verdict = REPRODUCED if all(held.values()) else PARTIAL if any(held.values()) else NOT
-    doc.claim(spec.title, verdict, spec.rule(), src)
+    for preds, lr, tests, what in (
+        (spec.stable, spec.stable_lr, _stability_tests, "unstable runs paired by seed"),
+        (spec.loss, spec.loss_lr, _loss_tests, "final val loss on runs matched by seed"),
+    ):
+        if preds:
+            table, own = tests(df[np.isclose(df["_lr"], lr)], preds)
+            held |= own
+            parts += [f"At lr {lr:g}, {what} ({_and([h.name for h in preds])}):", "", md_table(table), ""]
+    doc.claim(spec.title, _all_some_none(held), spec.rule(), src)
     fin = df[df["status"].isin(FINISHED)]
     ref = lmstudy.reference_label(df["label"].unique()) or "bf16"
     doc.add(
@@ -458,17 +463,11 @@ def follow_up_claim(doc: _Doc, spec: SpikeFollowUp, src: Source) -> None:
         md_table(_outcomes(df, ref)),
         "",
     )
-    fin_lr = pd.to_numeric(fin["train.lr"], errors="coerce")
     for value in dict.fromkeys(v for v in (spec.stable_lr, spec.loss_lr) if v is not None):
-        at = fin[np.isclose(fin_lr, value)]
+        at = fin[np.isclose(fin["_lr"], value)]
         if not at.empty:
             name = f"{spec.preset}_lr{value:g}.png"
             _curves_figure(doc, src, at, name, f"Train loss and gradient norm at lr {value:g}")
-
-
-def _kept(src: Source) -> str:
-    """Where a sweep's records are archived, as ``_Doc.claim`` says it for a claim's own sweep."""
-    return f", archived in `{_rel(src.archive)}`" if src.archive else ""
 
 
 def _pilot_line(pilot: Source | None) -> list[str]:
@@ -481,8 +480,8 @@ def _pilot_line(pilot: Source | None) -> list[str]:
     bad = int(fin["unstable"].fillna(False).astype(bool).sum())
     losses = " / ".join(f"{v:.3f}" for v in fin["final_val_loss"])
     return [
-        f"The pilot that chose the LRs, before any MX run: `{pilot.command}` (records: `{_rel(pilot.path)}`"
-        f"{_kept(pilot)}; wall time as recorded: {pilot.wall}), bf16 alone, seed {_seed_list(_seeds(fin))}: "
+        f"The pilot that chose the LRs, before any MX run: {_cited(pilot)}, bf16 alone, "
+        f"seed {_seed_list(_seeds(fin))}: "
         f"final val loss {losses} at lr {_listed(list(fin['lr']), ' / ')}; "
         f"unstable in {bad} of {len(fin)}.",
         "",
