@@ -65,6 +65,7 @@ TINY = {
     "lm_spikes_clamp": [*TINY_LM, "sweep.seeds=[109]"],
     "lm_spikes_ceil": [*TINY_LM, "sweep.seeds=[115]"],
     "lm_spikes_fwd_ceil": [*TINY_LM, "sweep.seeds=[121]"],
+    "lm_spikes_e5m2_roles": [*TINY_LM, "sweep.seeds=[129]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -208,6 +209,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes_clamp": (30, 0),  # bf16, full MXFP8 E4M3 floor / ceil and the two fixes, seeds 109–114, lr 0.1
     "lm_spikes_ceil": (30, 0),  # bf16, MXFP8 E4M3 and E5M2, floor and ceil, seeds 115–120; × 2 LRs (hydra)
     "lm_spikes_fwd_ceil": (32, 0),  # bf16, forward-only E4M3 floor / ceil, full E4M3 ceil, seeds 121–128
+    "lm_spikes_e5m2_roles": (40, 0),  # bf16, full E4M3 / E5M2 ceil and the two operand × gradient swaps, 129–136
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
     "paper_llm": (2375, 0),
@@ -319,6 +321,7 @@ VARIANTS = {
     "lm_spikes_clamp": "lm_spikes",
     "lm_spikes_ceil": "lm_spikes",
     "lm_spikes_fwd_ceil": "lm_spikes",
+    "lm_spikes_e5m2_roles": "lm_spikes",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -760,3 +763,23 @@ def test_the_ceil_spike_presets_train_the_rule_each_name_says_in_the_roles_it_sa
         **{f"mxfp8_{f}": {(f"fp8_{f}", "floor")} for f in ("e4m3", "e5m2")},
         **{f"mxfp8_{f}_ceil": {(f"fp8_{f}", "ceil")} for f in ("e4m3", "e5m2")},
     }
+
+
+def test_lm_spikes_e5m2_roles_trains_each_format_in_the_roles_its_name_says(tmp_path):
+    """3.19 swaps E4M3 and E5M2 between the operands (weights and activations, in every GEMM) and the
+    two gradient roles, all under E8M0's ceil rule: `e4m3_e5m2g` is the usual FP8 training recipe."""
+
+    def rule(s):
+        return s.elem.name, s.scale_rule.value
+
+    operands = _role_specs("lm_spikes_e5m2_roles", tmp_path, rule, roles=("w", "a", "w_bwd", "a_bwd"))
+    grads = _role_specs("lm_spikes_e5m2_roles", tmp_path / "g", rule, roles=("g_dgrad", "g_wgrad"))
+    e4, e5 = ("fp8_e4m3", "ceil"), ("fp8_e5m2", "ceil")
+    assert operands == {
+        "bf16": {("bf16", "floor")},
+        "mxfp8_e4m3_ceil": {e4},
+        "mxfp8_e5m2_ceil": {e5},
+        "e4m3_e5m2g_ceil": {e4},
+        "e5m2_e4m3g_ceil": {e5},
+    }
+    assert grads == {**operands, "e4m3_e5m2g_ceil": {e5}, "e5m2_e4m3g_ceil": {e4}}
