@@ -1663,3 +1663,86 @@ def test_fwd_ceil_claim_tests_forward_only_mx_under_both_rules_at_one_lr(tmp_pat
     assert (tmp_path / "docs" / "figures" / "lm_spikes_fwd_ceil_lr0.01.png").exists()
     # the clamp is not the residual: F1 fails, F2 holds
     assert f"**{PARTIAL.capitalize()}.**" in claim({"e4m3-fwd": 0.004, "e4m3w-bf16a": 0.004})
+
+
+def _roles_frame(offsets: dict[str, float], unstable: dict[str, int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """lm_spikes_e5m2_roles' shape at lr 0.1, seeds 129–136: ``offsets[label]`` above bf16 (with a
+    per-label, per-seed wobble), the first ``unstable[label]`` seeds marked unstable."""
+    fmts = {"bf16": ("bf16", "bf16"), "mxfp8_e4m3_ceil": ("fp8_e4m3", None),
+            "mxfp8_e5m2_ceil": ("fp8_e5m2", None), "e4m3_e5m2g_ceil": ("fp8_e4m3", "fp8_e5m2"),
+            "e5m2_e4m3g_ceil": ("fp8_e5m2", "fp8_e4m3")}  # fmt: skip
+    rows, cur = [], []
+    for i, (label, (w, g)) in enumerate(fmts.items()):
+        for k, s in enumerate(range(129, 137)):
+            bad = k < unstable.get(label, 0)
+            L = 1.75 + 0.01 * k + offsets.get(label, 0.0) + 0.001 * i * (-1) ** k
+            run = f"{label}_s{s}"
+            rows.append({
+                "run": run, "sweep.precision": label, "precision": f"{w}/{w}", "w": w, "a": w,
+                "g_dgrad": g, "fwd_only": False, "scale_rule": "ceil", "train.seed": s, "train.lr": 0.1,
+                "model.depth": 2, "model.d_model": 48, "N": 80304, "budget": 2e12, "steps": 2026,
+                "tokens_per_param": 51.7, "status": "done", "unstable": bad, "spiked": bad, "diverged": False,
+                "final_val_loss": L, "min_val_loss": L - (0.1 if bad else 0.0),
+            })  # fmt: skip
+            cur += [
+                {"run": run, "step": t, "loss": L + 3.0 / t**0.5, "grad_norm": 0.5} for t in (10, 1000, 2020)
+            ]
+    return pd.DataFrame(rows), pd.DataFrame(cur)
+
+
+def test_e5m2_roles_claim_tests_the_operand_and_gradient_swaps_at_lr_0_1(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import E5M2_ROLES, follow_up_claim
+
+    def claim(offsets, unstable=None):
+        src = Source(
+            "lm_spikes_e5m2_roles", "python launch.py -m experiment=lm_spikes_e5m2_roles", tmp_path / "r"
+        )
+        src.df, src.cur = _roles_frame(offsets, unstable or {})
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        follow_up_claim(doc, E5M2_ROLES, src)
+        return "\n".join(doc.lines)
+
+    def rows(text):
+        lines = (line.split(" | ") for line in text.splitlines() if line.startswith(("| E", "| M")))
+        return {r[0][2:]: r for r in lines}
+
+    forward = {
+        "mxfp8_e4m3_ceil": 0.015,
+        "mxfp8_e5m2_ceil": 0.3,
+        "e4m3_e5m2g_ceil": 0.02,
+        "e5m2_e4m3g_ceil": 0.25,
+    }
+    text = claim(forward, {"mxfp8_e5m2_ceil": 2})
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "E1, E2 and E3 all hold" in text
+    r = rows(text)
+    assert list(r) == ["E1", "E2", "E3", "M1", "M2"]
+    assert r["E1"][1:4] == ["mxfp8_e5m2_ceil > mxfp8_e4m3_ceil", "8", "+0.2850"]
+    assert r["E2"][1:4] == ["e5m2_e4m3g_ceil > e4m3_e5m2g_ceil", "8", "+0.2300"]
+    assert r["E3"][1] == "e4m3_e5m2g_ceil ≡ mxfp8_e4m3_ceil (±0.02)" and r["E3"][-1] == "yes |"
+    assert r["M1"][1:4] == ["e5m2_e4m3g_ceil − mxfp8_e5m2_ceil (measured)", "8", "-0.0500"]
+    assert r["M2"][1:4] == ["mxfp8_e5m2_ceil − bf16 (measured)", "8", "+0.3000"] and r["M2"][-1] == "– |"
+    assert "unstable runs paired" not in text  # nothing predicted of stability
+    outcome = {
+        x[1]: x for x in (line.split(" | ") for line in text.splitlines() if line.startswith("| 0.1 |"))
+    }
+    assert outcome["mxfp8_e5m2_ceil"][3] == "2" and outcome["e4m3_e5m2g_ceil"][3] == "0"
+    assert "at lr 0.1; seeds 129–136." in text
+    assert (tmp_path / "docs" / "figures" / "lm_spikes_e5m2_roles_lr0.1.png").exists()
+    # the gradients carry the cost instead: E2 and E3 fail, E1 holds
+    grads = {
+        "mxfp8_e4m3_ceil": 0.015,
+        "mxfp8_e5m2_ceil": 0.3,
+        "e4m3_e5m2g_ceil": 0.25,
+        "e5m2_e4m3g_ceil": 0.02,
+    }
+    text = claim(grads)
+    assert f"**{PARTIAL.capitalize()}.**" in text
+    assert {k: v[-1] for k, v in rows(text).items() if k[0] == "E"} == {
+        "E1": "yes |",
+        "E2": "no |",
+        "E3": "no |",
+    }
+    # nothing as predicted: E4M3 the worse format, the E5M2-gradient swap far from it
+    none = {"mxfp8_e4m3_ceil": 0.3, "mxfp8_e5m2_ceil": 0.015, "e4m3_e5m2g_ceil": 0.4, "e5m2_e4m3g_ceil": 0.02}
+    assert f"**{NOT.capitalize()}.**" in claim(none)

@@ -209,7 +209,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes_clamp": (30, 0),  # bf16, full MXFP8 E4M3 floor / ceil and the two fixes, seeds 109–114, lr 0.1
     "lm_spikes_ceil": (30, 0),  # bf16, MXFP8 E4M3 and E5M2, floor and ceil, seeds 115–120; × 2 LRs (hydra)
     "lm_spikes_fwd_ceil": (32, 0),  # bf16, forward-only E4M3 floor / ceil, full E4M3 ceil, seeds 121–128
-    "lm_spikes_e5m2_roles": (40, 0),  # bf16, full E4M3 / E5M2 ceil and the two operand × gradient swaps, 129–136
+    "lm_spikes_e5m2_roles": (40, 0),  # bf16, E4M3 / E5M2 ceil, the two operand × gradient swaps, 129–136
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
     "paper_llm": (2375, 0),
