@@ -234,7 +234,7 @@ def test_results_document_from_real_records(tmp_path):
     runs = proxy.proxy_runs(collect(root / "sweeps" / "proxy_mechanism"))
     ln = runs[runs["parent"].isna() & runs["norm_affine"].ne("none")]
     assert f"**{int(ln['blew_up'].sum())} of {len(ln)} seeds blew up**" in text
-    lm_claims = ("1.5", "1.6", *(f"3.{i}" for i in range(1, 19)))  # 3.1–3.18
+    lm_claims = ("1.5", "1.6", *(f"3.{i}" for i in range(1, 20)))  # 3.1–3.19
     lm = [v for t, v in verdicts.items() if t.startswith(lm_claims)]
     assert lm == ["not run here"] * 21  # no LM sweep in this root
     assert "python launch.py -m experiment=proxy_mechanism" in text
@@ -450,14 +450,16 @@ def test_the_interventions_rule_and_a_rerun_with_branches(tmp_path):
     early = sweep("proxy_mechanism_d128_early", [*parents[:2], parents[3], *branches(none)], fixed, points=())
     proxy_claims(doc, mech, [], empty, [d128], [d128, early])
     text = "\n".join(doc.lines)
-    assert "(`python launch.py -m experiment=proxy_mechanism_d128_early`, branched at step 50, " in text
+    early_cited = "(branched at step 50), `python launch.py -m experiment=proxy_mechanism_d128_early` (rec"
+    assert early_cited in text
     picked = sweep("picked", [parents[0], {**parents[1], "train.seed": 3}], fixed, points=())
     assert _setting(picked, mech) == "width 128, lr 0.008, seeds 0, 3"  # not a range: each seed
     assert text.count("by 1.3's rule this setting is **not reproduced**.") == 1
     assert "had not finished" not in text  # the γ-unquantized parent's planned branches are not 1.3's
 
     assert "### 1.3 Interventions from a checkpoint before the spike\n\n**Reproduced.**" in text
-    assert "**The same interventions at width 128, lr 0.008, seeds 0–2** (`python launch.py -m " in text
+    d128_cited = "(branch point 0.5 × the spike step), `python launch.py -m "
+    assert f"**The same interventions at width 128, lr 0.008, seeds 0–2** {d128_cited}" in text
     assert "by 1.3's rule this setting is **partially reproduced**." in text
     assert "**The same comparison at width 128, lr 0.008, seeds 0–2**" in text  # 1.1 beside it
 
@@ -977,7 +979,7 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     fp32 branches of γ-in-E4M3 parents unstable in ≥ 2 more seeds than those of γ-unquantized parents →
     the clamped prefix decides; otherwise not. Its γ-in-E4M3 runs are compared, bit for bit, with the
     re-run they repeat."""
-    from analysis.results.common import Source, _Doc
+    from analysis.results.common import Source, _cited, _Doc
     from analysis.results.interventions import _prefix_control
 
     def sweep(name, rows):
@@ -1005,6 +1007,7 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
         return out
 
     decided = sweep("proxy_mechanism_d128_control", rows(3, 0))
+    decided.archive = tmp_path / "docs" / "records" / "proxy_mechanism_d128_control.tar.xz"
     steps = np.arange(0, 100, 10)
     decided.cur = pd.DataFrame(
         [
@@ -1022,6 +1025,8 @@ def test_the_prefix_control_tells_the_clamped_prefix_from_any_prefix(tmp_path):
     assert "fp32 from step 20: unstable in 3 of 3 seeds after γ in E4M3, in 0 of 3 after γ unquantized: " \
            "the γ-clamped prefix decides the blow-up" in text  # fmt: skip
     assert "Of the 3 γ-in-E4M3 parents that blew up in this sweep, fp32 from step 20 avoided it in 0." in text
+    # cited as every sweep is: its command, its records and the archive a fresh checkout restores them from
+    assert f"{_cited(decided)}: " in text and "proxy_mechanism_d128_control.tar.xz`" in text
     assert (
         "| 0 | stable | blew up (spike 300) | blew up (spike 350) | stable | stable |" in text
     )  # a seed's row

@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis import proxy
 from analysis.report import md_table
-from analysis.results.common import Source, _Doc, _rel, _seed_list
+from analysis.results.common import Source, _cited, _Doc, _seed_list
 from analysis.results.mechanism import _mirror
 
 
@@ -94,10 +94,10 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
         return
     same = pd.concat(twins)
     doc.add(
-        f"**γ's clamp or γ's rounding?** (`{src.name}`: `{src.command}`, records `{_rel(src.path)}`, wall "
-        f"time as recorded {src.wall}; the predictions in the preset's header were set before it ran). "
-        "Under E8M0's ceil rule a 32-block of γ with its max in [0.5, 1) is rounded on the same grid near "
-        "1 as under floor, but nothing saturates at 0.875. The same seeds from init against the floor "
+        f"**γ's clamp or γ's rounding?** (`{src.name}`; the predictions in the preset's header were set "
+        f"before it ran): {_cited(src)}. Under E8M0's ceil rule a 32-block of γ with its max in [0.5, 1) "
+        "is rounded on the same grid near 1 as under floor, but nothing saturates at 0.875. The same seeds "
+        "from init against the floor "
         f"rule's runs of `{floor.name}`, seed by seed (step RMS as above, read over steps {lo}–{hi} before "
         "each run's onset):",
         "",
@@ -147,11 +147,10 @@ def _gamma_format_block(
     if not rows:
         return out
     doc.add(
-        f"**γ rounded to bf16: no block scale, no clamp** (`{src.name}`: `{src.command}`, records "
-        f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
-        "set before it ran). The same seeds from init against γ/β in E4M3, seed by seed. Where the fp32 "
-        "twins differ the sweeps took different float paths (another machine or library): those pairs "
-        "share seed, init and batches, not the trajectory.",
+        f"**γ rounded to bf16: no block scale, no clamp** (`{src.name}`; the predictions in the preset's "
+        f"header were set before it ran): {_cited(src)}. The same seeds from init against γ/β in E4M3, "
+        "seed by seed. Where the fp32 twins differ the sweeps took different float paths (another machine "
+        "or library): those pairs share seed, init and batches, not the trajectory.",
         "",
         md_table(pd.DataFrame(rows)),
         "",
@@ -225,9 +224,8 @@ def _from_init_block(doc: _Doc, src: Source, base: Source, pairs: Mapping[str, s
         else ""
     )
     doc.add(
-        f"**The interventions' precisions from init** (`{src.name}`: `{src.command}`, records "
-        f"`{_rel(src.path)}`, wall time as recorded {src.wall}; the predictions in the preset's header were "
-        f"set before it ran). {what}{unfinished}",
+        f"**The interventions' precisions from init** (`{src.name}`; the predictions in the preset's header "
+        f"were set before it ran): {_cited(src)}. {what}{unfinished}",
         "",
         md_table(pd.DataFrame(rows)),
         "",
@@ -317,8 +315,7 @@ def _step_source_block(doc: _Doc, src: Source, reference: str, trained: Source |
             row["sign test p"] = "–" if p is None else p["sign test p"]
         rows.append(row)
     doc.add(
-        f"**Which quantized tensor sets Adam's step** (`python launch.py -m experiment={src.name}`, records "
-        f"`{_rel(src.path)}`, wall time as recorded {src.wall}): the same seeds "
+        f"**Which quantized tensor sets Adam's step**, {_cited(src)}: the same seeds "
         f"({_seed_list(sorted(int(x) for x in source['seed'].unique()))}) from init in {len(order)} "
         f"precisions, each beside its fp32 twin; step RMS = the median normalized step RMS(m̂/√v̂) of the "
         f"Linear weights over the logged steps {lo}–{hi} that precede the run's own onset, Σg²/Σv̂ its "

@@ -22,11 +22,11 @@ from analysis.results.common import (
     PARTIAL,
     REPRODUCED,
     Source,
+    _cited,
     _Doc,
     _hardware,
     _lr,
     _outcome,
-    _rel,
     _setting,
 )
 from analysis.results.presets import MIN_PARENTS
@@ -292,8 +292,8 @@ def _prefix_control(doc: _Doc, src: Source, repeated: Source | None) -> None:
             row[f"{name} → fp32 at step {step}"] = _outcome(b.iloc[0]) if not b.empty else "–"
         rows.append(row)
     doc.add(
-        f"**Control: does the γ-clamped prefix decide the blow-up?** (`{src.command}`, records "
-        f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {_setting(src, None, parents)}; each seed's "
+        f"**Control: does the γ-clamped prefix decide the blow-up?** {_cited(src)}: "
+        f"{_setting(src, None, parents)}; each seed's "
         f"γ-in-E4M3 and γ-unquantized parents both branched into fp32 (`no_mx`) at step {step}. Rule, "
         "fixed before it ran: the γ-clamped prefix decides when the fp32 branches of γ-in-E4M3 parents end "
         "unstable (blew up, or spiked and did not recover) in at least 2 more seeds than those of "

@@ -26,10 +26,10 @@ from analysis.results.common import (
     PARTIAL,
     REPRODUCED,
     Source,
+    _cited,
     _Doc,
     _lr,
     _outcome,
-    _rel,
     _seed_list,
     _setting,
 )
@@ -237,9 +237,8 @@ def _edge_lr_block(
     else:
         why = _provenance(runs, pilot)
     doc.add(
-        f"**The same comparison at {_setting(src, mech, runs)}** (`{src.command}`, records "
-        f"`{_rel(src.path)}`, wall time as recorded {src.wall}): {v.sentence} By 1.1's rule this "
-        f"setting is **{v.verdict}**. {why}",
+        f"**The same comparison at {_setting(src, mech, runs)}**, {_cited(src)}: {v.sentence} By 1.1's "
+        f"rule this setting is **{v.verdict}**. {why}",
         "",
         md_table(proxy.outcomes(runs)),
         "",

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis import proxy
 from analysis.report import md_table
-from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _Doc, _rel, _setting
+from analysis.results.common import NOT, NOT_RUN, PARTIAL, REPRODUCED, Source, _cited, _Doc, _rel, _setting
 from analysis.results.from_init import (
     _clamp_control_block,
     _from_init_block,
@@ -191,8 +191,8 @@ def proxy_claims(
             else f"branched at step {src.setting('sweep.branch_step')}"
         )
         doc.add(
-            f"**The same interventions at {_setting(src, mech)}** (`{src.command}`, {where}, records "
-            f"`{_rel(src.path)}`, wall time as recorded {src.wall}): by 1.3's rule this setting is "
+            f"**The same interventions at {_setting(src, mech)}** ({where}), {_cited(src)}: by 1.3's rule "
+            "this setting is "
             f"**{result.verdict}**.",
             "",
         )
