@@ -1707,12 +1707,11 @@ def test_e5m2_roles_claim_tests_the_operand_and_gradient_swaps_at_lr_0_1(tmp_pat
         lines = (line.split(" | ") for line in text.splitlines() if line.startswith(("| E", "| M")))
         return {r[0][2:]: r for r in lines}
 
-    forward = {
-        "mxfp8_e4m3_ceil": 0.015,
-        "mxfp8_e5m2_ceil": 0.3,
-        "e4m3_e5m2g_ceil": 0.02,
-        "e5m2_e4m3g_ceil": 0.25,
-    }
+    def above_bf16(e4m3, e5m2, e4m3_e5m2g, e5m2_e4m3g):
+        names = ("mxfp8_e4m3_ceil", "mxfp8_e5m2_ceil", "e4m3_e5m2g_ceil", "e5m2_e4m3g_ceil")
+        return dict(zip(names, (e4m3, e5m2, e4m3_e5m2g, e5m2_e4m3g), strict=True))
+
+    forward = above_bf16(0.015, 0.3, 0.02, 0.25)
     text = claim(forward, {"mxfp8_e5m2_ceil": 2})
     assert f"**{REPRODUCED.capitalize()}.**" in text and "E1, E2 and E3 all hold" in text
     r = rows(text)
@@ -1730,12 +1729,7 @@ def test_e5m2_roles_claim_tests_the_operand_and_gradient_swaps_at_lr_0_1(tmp_pat
     assert "at lr 0.1; seeds 129–136." in text
     assert (tmp_path / "docs" / "figures" / "lm_spikes_e5m2_roles_lr0.1.png").exists()
     # the gradients carry the cost instead: E2 and E3 fail, E1 holds
-    grads = {
-        "mxfp8_e4m3_ceil": 0.015,
-        "mxfp8_e5m2_ceil": 0.3,
-        "e4m3_e5m2g_ceil": 0.25,
-        "e5m2_e4m3g_ceil": 0.02,
-    }
+    grads = above_bf16(0.015, 0.3, 0.25, 0.02)
     text = claim(grads)
     assert f"**{PARTIAL.capitalize()}.**" in text
     assert {k: v[-1] for k, v in rows(text).items() if k[0] == "E"} == {
@@ -1744,5 +1738,4 @@ def test_e5m2_roles_claim_tests_the_operand_and_gradient_swaps_at_lr_0_1(tmp_pat
         "E3": "no |",
     }
     # nothing as predicted: E4M3 the worse format, the E5M2-gradient swap far from it
-    none = {"mxfp8_e4m3_ceil": 0.3, "mxfp8_e5m2_ceil": 0.015, "e4m3_e5m2g_ceil": 0.4, "e5m2_e4m3g_ceil": 0.02}
-    assert f"**{NOT.capitalize()}.**" in claim(none)
+    assert f"**{NOT.capitalize()}.**" in claim(above_bf16(0.3, 0.015, 0.4, 0.02))
