@@ -66,6 +66,7 @@ TINY = {
     "lm_spikes_ceil": [*TINY_LM, "sweep.seeds=[115]"],
     "lm_spikes_fwd_ceil": [*TINY_LM, "sweep.seeds=[121]"],
     "lm_spikes_e5m2_roles": [*TINY_LM, "sweep.seeds=[129]"],
+    "lm_spikes_e5m2_grads": [*TINY_LM, "sweep.seeds=[137]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -209,6 +210,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes_clamp": (30, 0),  # bf16, full MXFP8 E4M3 floor / ceil and the two fixes, seeds 109–114, lr 0.1
     "lm_spikes_ceil": (30, 0),  # bf16, MXFP8 E4M3 and E5M2, floor and ceil, seeds 115–120; × 2 LRs (hydra)
     "lm_spikes_fwd_ceil": (32, 0),  # bf16, forward-only E4M3 floor / ceil, full E4M3 ceil, seeds 121–128
+    "lm_spikes_e5m2_grads": (40, 0),  # full E4M3 ceil; E5M2 in both / dgrad / wgrad dY; SR; seeds 137–144
     "lm_spikes_e5m2_roles": (40, 0),  # bf16, E4M3 / E5M2 ceil, the two operand × gradient swaps, 129–136
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
@@ -322,6 +324,7 @@ VARIANTS = {
     "lm_spikes_ceil": "lm_spikes",
     "lm_spikes_fwd_ceil": "lm_spikes",
     "lm_spikes_e5m2_roles": "lm_spikes",
+    "lm_spikes_e5m2_grads": "lm_spikes",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -783,3 +786,32 @@ def test_lm_spikes_e5m2_roles_trains_each_format_in_the_roles_its_name_says(tmp_
         "e5m2_e4m3g_ceil": {e5},
     }
     assert grads == {**operands, "e4m3_e5m2g_ceil": {e5}, "e5m2_e4m3g_ceil": {e4}}
+
+
+def test_lm_spikes_e5m2_grads_puts_e5m2_in_the_gradient_role_each_name_says(tmp_path):
+    """3.20 sets E5M2 in dgrad's dY, in wgrad's dY, or both (rounded to nearest or stochastically),
+    everything else MXFP8 E4M3, all under E8M0's ceil rule."""
+
+    def fmt(s):
+        return s.elem.name, s.scale_rule.value, s.rounding.value
+
+    seen = {
+        role: _role_specs("lm_spikes_e5m2_grads", tmp_path / role, fmt, roles=(role,))
+        for role in ("w", "a", "w_bwd", "a_bwd", "g_dgrad", "g_wgrad")
+    }
+    e4, e5, e5sr = (
+        ("fp8_e4m3", "ceil", "even"),
+        ("fp8_e5m2", "ceil", "even"),
+        ("fp8_e5m2", "ceil", "stochastic"),
+    )
+    names = [
+        "mxfp8_e4m3_ceil",
+        "e4m3_e5m2g_ceil",
+        "e4m3_e5m2dgrad_ceil",
+        "e4m3_e5m2wgrad_ceil",
+        "e4m3_e5m2g_sr_ceil",
+    ]
+    for role in ("w", "a", "w_bwd", "a_bwd"):
+        assert seen[role] == dict.fromkeys(names, {e4})
+    assert [seen["g_dgrad"][n] for n in names] == [{e4}, {e5}, {e5}, {e4}, {e5sr}]
+    assert [seen["g_wgrad"][n] for n in names] == [{e4}, {e5}, {e4}, {e5}, {e5sr}]
