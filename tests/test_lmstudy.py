@@ -1665,15 +1665,20 @@ def test_fwd_ceil_claim_tests_forward_only_mx_under_both_rules_at_one_lr(tmp_pat
     assert f"**{PARTIAL.capitalize()}.**" in claim({"e4m3-fwd": 0.004, "e4m3w-bf16a": 0.004})
 
 
-def _roles_frame(offsets: dict[str, float], unstable: dict[str, int]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """lm_spikes_e5m2_roles' shape at lr 0.1, seeds 129–136: ``offsets[label]`` above bf16 (with a
+_ROLES = {"bf16": ("bf16", "bf16"), "mxfp8_e4m3_ceil": ("fp8_e4m3", None),
+          "mxfp8_e5m2_ceil": ("fp8_e5m2", None), "e4m3_e5m2g_ceil": ("fp8_e4m3", "fp8_e5m2"),
+          "e5m2_e4m3g_ceil": ("fp8_e5m2", "fp8_e4m3")}  # fmt: skip
+
+
+def _roles_frame(
+    offsets: dict[str, float], unstable: dict[str, int], fmts=_ROLES, seeds=range(129, 137)
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A follow-up at lr 0.1 in lm_spikes' shape (lm_spikes_e5m2_roles': ``fmts`` label → (weights'
+    format, the incoming gradient's), its seeds): ``offsets[label]`` above the first label (with a
     per-label, per-seed wobble), the first ``unstable[label]`` seeds marked unstable."""
-    fmts = {"bf16": ("bf16", "bf16"), "mxfp8_e4m3_ceil": ("fp8_e4m3", None),
-            "mxfp8_e5m2_ceil": ("fp8_e5m2", None), "e4m3_e5m2g_ceil": ("fp8_e4m3", "fp8_e5m2"),
-            "e5m2_e4m3g_ceil": ("fp8_e5m2", "fp8_e4m3")}  # fmt: skip
     rows, cur = [], []
     for i, (label, (w, g)) in enumerate(fmts.items()):
-        for k, s in enumerate(range(129, 137)):
+        for k, s in enumerate(seeds):
             bad = k < unstable.get(label, 0)
             L = 1.75 + 0.01 * k + offsets.get(label, 0.0) + 0.001 * i * (-1) ** k
             run = f"{label}_s{s}"
@@ -1739,3 +1744,41 @@ def test_e5m2_roles_claim_tests_the_operand_and_gradient_swaps_at_lr_0_1(tmp_pat
     }
     # nothing as predicted: E4M3 the worse format, the E5M2-gradient swap far from it
     assert f"**{NOT.capitalize()}.**" in claim(above_bf16(0.3, 0.015, 0.4, 0.02))
+
+
+def test_e5m2_grads_claim_tests_each_gradient_gemm_and_stochastic_rounding(tmp_path):
+    from analysis.results.common import PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import E5M2_GRADS, follow_up_claim
+
+    names = ("e4m3_e5m2g_ceil", "e4m3_e5m2dgrad_ceil", "e4m3_e5m2wgrad_ceil", "e4m3_e5m2g_sr_ceil")
+    fmts = {"mxfp8_e4m3_ceil": ("fp8_e4m3", None), **dict.fromkeys(names, ("fp8_e4m3", "fp8_e5m2"))}
+
+    def claim(both, dgrad, wgrad, sr):
+        offsets = dict(zip(names, (both, dgrad, wgrad, sr), strict=True))
+        src = Source(
+            "lm_spikes_e5m2_grads", "python launch.py -m experiment=lm_spikes_e5m2_grads", tmp_path / "g"
+        )
+        src.df, src.cur = _roles_frame(offsets, {}, fmts, range(137, 145))
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        follow_up_claim(doc, E5M2_GRADS, src)
+        text = "\n".join(doc.lines)
+        lines = (line.split(" | ") for line in text.splitlines() if line.startswith(("| G", "| M")))
+        return text, {r[0][2:]: r for r in lines}
+
+    text, r = claim(0.45, 0.2, 0.3, 0.05)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "G1, G2, G3 and G4 all hold" in text
+    assert list(r) == ["G1", "G2", "G3", "G4", "M1", "M2"]
+    assert r["G2"][1:4] == ["e4m3_e5m2wgrad_ceil > mxfp8_e4m3_ceil", "8", "+0.3000"]
+    assert r["G3"][1:4] == ["e4m3_e5m2dgrad_ceil > mxfp8_e4m3_ceil", "8", "+0.2000"]
+    assert r["G4"][1:4] == ["e4m3_e5m2g_ceil > e4m3_e5m2g_sr_ceil", "8", "+0.4000"]
+    assert r["M2"][1:4] == ["e4m3_e5m2wgrad_ceil − e4m3_e5m2dgrad_ceil (measured)", "8", "+0.1000"]
+    assert "at lr 0.1; seeds 137–144." in text
+    # no bf16 in this sweep: each precision's Δ is read against full E4M3 under ceil
+    assert "| Δ vs mxfp8_e4m3_ceil (mean ± sd over seeds) |" in text
+    assert (tmp_path / "docs" / "figures" / "lm_spikes_e5m2_grads_lr0.1.png").exists()
+    # wgrad alone carries it and stochastic rounding does not help: G3 and G4 fail
+    text, r = claim(0.45, 0.0, 0.4, 0.45)
+    assert f"**{PARTIAL.capitalize()}.**" in text
+    assert {k: v[-1] for k, v in r.items() if k[0] == "G"} == {
+        "G1": "yes |", "G2": "yes |", "G3": "no |", "G4": "no |"
+    }  # fmt: skip
