@@ -211,7 +211,8 @@ def label_info(df: pd.DataFrame) -> pd.DataFrame:
 
 def ordered_labels(info: pd.DataFrame, reference: str | None = None) -> list[str]:
     """Labels of ``info`` (``label_info``'s frame, or any frame indexed by label with w, a, hybrid):
-    the reference first, then the plain formats by (W, A) in ``FORMAT_ORDER``, then the hybrids."""
+    the reference first, then the plain formats by (W, A, the gradients') in ``FORMAT_ORDER``, then
+    the hybrids."""
     labels = [str(x) for x in info.index]
     reference = reference if reference is not None else reference_label(labels)
 
@@ -222,6 +223,8 @@ def ordered_labels(info: pd.DataFrame, reference: str | None = None) -> list[str
             bool(r.get("hybrid", False)),
             format_rank(r.get("w")),
             format_rank(r.get("a")),
+            # the incoming gradient's own format, where a run set one, after the operands' (it inherits a)
+            format_rank(r.get("a") if pd.isna(r.get("grads", None)) else r.get("grads")),
             bool(r.get("fwd_only", False)),
             label,
         )

@@ -143,6 +143,23 @@ def test_labels_are_ordered_reference_then_formats_then_hybrids():
     assert lmstudy.format_rank("mxfp6_e2m3") < lmstudy.format_rank("fp6_e3m2") < lmstudy.format_rank("nvfp4")
 
 
+def test_a_format_with_gradients_of_its_own_follows_the_plain_format_of_its_operands():
+    """3.19's swaps: E4M3 operands with E5M2 gradients come after full E4M3, not before it by name."""
+    rows = [
+        {"sweep.precision": label, "w": w, "a": w, "precision.g_dgrad": g}
+        for label, w, g in (
+            ("e5m2_e4m3g", "fp8_e5m2", "fp8_e4m3"),
+            ("e4m3_e5m2g", "fp8_e4m3", "fp8_e5m2"),
+            ("mxfp8_e5m2", "fp8_e5m2", None),
+            ("mxfp8_e4m3", "fp8_e4m3", None),
+            ("bf16", "bf16", None),
+        )
+    ]
+    info = lmstudy.label_info(pd.DataFrame(rows))
+    assert list(info.index) == ["bf16", "mxfp8_e4m3", "e4m3_e5m2g", "e5m2_e4m3g", "mxfp8_e5m2"]
+    assert not info["hybrid"].any()  # gradients in another block format stay plain formats
+
+
 # ----------------------------------------------------------------------------------------------
 # deltas
 
