@@ -1763,9 +1763,14 @@ def test_e5m2_roles_claim_tests_the_operand_and_gradient_swaps_at_lr_0_1(tmp_pat
     assert f"**{NOT.capitalize()}.**" in claim(above_bf16(0.3, 0.015, 0.4, 0.02))
 
 
-def test_e5m2_grads_claim_tests_each_gradient_gemm_and_stochastic_rounding(tmp_path):
+def test_e5m2_grads_claim_tests_each_gradient_gemm_and_stochastic_rounding(tmp_path, monkeypatch):
+    from analysis import plots
     from analysis.results.common import PARTIAL, REPRODUCED, Source, _Doc
     from analysis.results.lm import E5M2_GRADS, follow_up_claim
+
+    drawn = []
+    plot = plots.training_curves_plot
+    monkeypatch.setattr(plots, "training_curves_plot", lambda c, t: drawn.append(c) or plot(c, t))
 
     names = ("e4m3_e5m2g_ceil", "e4m3_e5m2dgrad_ceil", "e4m3_e5m2wgrad_ceil", "e4m3_e5m2g_sr_ceil")
     fmts = {"mxfp8_e4m3_ceil": ("fp8_e4m3", None), **dict.fromkeys(names, ("fp8_e4m3", "fp8_e5m2"))}
@@ -1792,6 +1797,8 @@ def test_e5m2_grads_claim_tests_each_gradient_gemm_and_stochastic_rounding(tmp_p
     assert "at lr 0.1; seeds 137–144." in text
     # no bf16 in this sweep: each precision's Δ is read against full E4M3 under ceil
     assert "| Δ vs mxfp8_e4m3_ceil (mean ± sd over seeds) |" in text
+    # and the figure draws it first, as the table lists it
+    assert drawn[-1]["label"].iloc[0] == "mxfp8_e4m3_ceil"
     assert (tmp_path / "docs" / "figures" / "lm_spikes_e5m2_grads_lr0.1.png").exists()
     # wgrad alone carries it and stochastic rounding does not help: G3 and G4 fail
     text, r = claim(0.45, 0.0, 0.4, 0.45)

@@ -140,15 +140,19 @@ def _loss_tests(df: pd.DataFrame, predictions: tuple[LossTest, ...]) -> tuple[pd
     return pd.DataFrame(rows), held
 
 
-def _curves_figure(doc: _Doc, src: Source, df: pd.DataFrame, name: str, title: str) -> None:
-    """``plots.training_curves_plot`` of ``src``'s logged curves, the runs of ``df`` (labelled) alone."""
+def _curves_figure(
+    doc: _Doc, src: Source, df: pd.DataFrame, name: str, title: str, reference: str | None = None
+) -> None:
+    """``plots.training_curves_plot`` of ``src``'s logged curves, the runs of ``df`` (labelled) alone,
+    in the tables' order (``reference`` first: bf16 where the sweep has it)."""
     from analysis import lmstudy, plots
 
     if src.cur.empty:
         return
     runs = df[["run", "label", "train.seed"]].rename(columns={"train.seed": "seed"})
     cur = src.cur.drop(columns=["label", "seed"], errors="ignore").merge(runs, on="run")
-    order = {label: i for i, label in enumerate(lmstudy.ordered_labels(lmstudy.label_info(df)))}
+    labels = lmstudy.ordered_labels(lmstudy.label_info(df), reference)
+    order = {label: i for i, label in enumerate(labels)}
     cur = cur.sort_values("label", key=lambda s: s.map(order), kind="stable")  # the tables' order
     doc.figure(
         plots.training_curves_plot(cur[["label", "seed", "step", "loss", "grad_norm"]], title), name, title
@@ -523,7 +527,8 @@ def follow_up_claim(doc: _Doc, spec: SpikeFollowUp, src: Source) -> None:
         at = fin[np.isclose(fin["_lr"], value)]
         if not at.empty:
             name = f"{spec.preset}_lr{value:g}.png"
-            _curves_figure(doc, src, at, name, f"Train loss and gradient norm at lr {value:g}")
+            title = f"Train loss and gradient norm at lr {value:g}"
+            _curves_figure(doc, src, at, name, title, spec.reference)
 
 
 def _pilot_line(pilot: Source | None) -> list[str]:
