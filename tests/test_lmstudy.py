@@ -1622,6 +1622,9 @@ def test_ceil_claim_tests_stability_at_the_high_lr_and_the_gap_at_bf16s_best(tmp
     text = claim(gap, {"mxfp8_e4m3": 6, "mxfp8_e5m2": 6})
     assert f"**{REPRODUCED.capitalize()}.**" in text and "pre-registered in `lm_spikes_ceil`" in text
     assert "C1, C2, C3, C4 and C5 all hold" in text
+    # the rule says how each kind of prediction is tested, from the tests themselves
+    assert "C1 and C2 at lr 0.1: the first precision unstable" in text and "McNemar, α = 0.05)" in text
+    assert "C3, C4 and C5 at lr 0.01: final val loss" in text and "(TOST) at ±0.02. M1 is measured" in text
     c = rows(text)
     assert list(c) == ["C1", "C2", "C3", "C4", "C5"]
     # C1, C2 pair lr 0.1's runs alone (6 seeds): floor alone unstable in 6, ceil in 0
@@ -1669,6 +1672,8 @@ def test_fwd_ceil_claim_tests_forward_only_mx_under_both_rules_at_one_lr(tmp_pat
 
     text = claim({"e4m3-fwd": 0.015, "e4m3w-bf16a": 0.004, "mxfp8_e4m3": 0.01})
     assert f"**{REPRODUCED.capitalize()}.**" in text and "Reproduced when F1 and F2 both hold" in text
+    assert "F1 and F2 at lr 0.01: final val loss" in text and "McNemar" not in text  # no stability test
+    assert "M1 and M2 are measured, not part of the rule." in text
     r = {
         x[0][2:]: x
         for x in (line.split(" | ") for line in text.splitlines() if line.startswith(("| F", "| M")))

@@ -97,9 +97,8 @@ def _clamp_control_block(doc: _Doc, src: Source, floor: Source, pairs: Mapping[s
         f"**γ's clamp or γ's rounding?** (`{src.name}`; the predictions in the preset's header were set "
         f"before it ran): {_cited(src)}. Under E8M0's ceil rule a 32-block of γ with its max in [0.5, 1) "
         "is rounded on the same grid near 1 as under floor, but nothing saturates at 0.875. The same seeds "
-        "from init against the floor "
-        f"rule's runs of `{floor.name}`, seed by seed (step RMS as above, read over steps {lo}–{hi} before "
-        "each run's onset):",
+        f"from init against the floor rule's runs of `{floor.name}`, seed by seed (step RMS as above, read "
+        f"over steps {lo}–{hi} before each run's onset):",
         "",
         md_table(pd.DataFrame(rows)),
         "",

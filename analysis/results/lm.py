@@ -360,10 +360,10 @@ def _clamp_block(doc: _Doc, clamp: Source) -> None:
 @dataclass(frozen=True)
 class SpikeFollowUp:
     """A pre-registered follow-up of 1.5 and 1.6 in ``lm_spikes``' shape (a claim of our own, 3.17 on):
-    stability predictions at ``stable_lr`` (the first precision unstable where the second is not, more
-    often than the reverse: exact one-sided McNemar over runs paired by seed) and loss predictions at
-    ``loss_lr`` (``LossTest``). Reproduced when every prediction holds, partially when some do, not when
-    none does. ``why``: what it tests and how, before the rule's sentence."""
+    stability predictions at ``stable_lr`` (``PairTest``) and loss predictions at ``loss_lr``
+    (``LossTest``). Reproduced when every prediction holds, partially when some do, not when none does.
+    ``why``: what it tests and each prediction in words; ``rule()`` adds how each kind is tested, which
+    rows are measured only, and the verdict's sentence, from the tests themselves."""
 
     title: str
     preset: str
@@ -380,11 +380,33 @@ class SpikeFollowUp:
         return [*(h.name for h in self.stable), *(h.name for h in self.loss if not h.measured)]
 
     def rule(self) -> str:
+        from analysis.lmstudy import ALPHA
+
+        how = []
+        if self.stable:
+            how.append(
+                f"{_and([h.name for h in self.stable])} at lr {self.stable_lr:g}: the first precision "
+                "unstable (as 1.6 counts it) where the second of the same seed is not, more often than the "
+                f"reverse (exact one-sided McNemar, α = {ALPHA:g})."
+            )
+        tested = [h for h in self.loss if not h.measured]
+        if tested:
+            margins = sorted({h.margin for h in tested if h.margin})
+            tost = f"; equivalence by two one-sided tests (TOST) at ±{_listed(margins)}" if margins else ""
+            how.append(
+                f"{_and([h.name for h in tested])} at lr {self.loss_lr:g}: final val loss of every finished "
+                f"run, unstable or not, matched by seed; one-sided paired t, α = {ALPHA:g}{tost}."
+            )
+        measured = [h.name for h in self.loss if h.measured]
+        if measured:
+            how.append(
+                f"{_and(measured)} {'is' if len(measured) == 1 else 'are'} measured, not part of the rule."
+            )
         names = self.names()
         return (
-            f"Rule (pre-registered in `{self.preset}`' header before it ran): {self.why} Reproduced when "
-            f"{_and(names)} {'both' if len(names) == 2 else 'all'} hold; partially when some do; not when "
-            "none does."
+            f"Rule (pre-registered in `{self.preset}`' header before it ran): {self.why} {' '.join(how)} "
+            f"Reproduced when {_and(names)} {'both' if len(names) == 2 else 'all'} hold; partially when some "
+            "do; not when none does."
         )
 
 
@@ -395,12 +417,10 @@ CEIL = SpikeFollowUp(
         "lm_spikes_clamp (1.6) found that E8M0's floor rule, which clamps a block maximum in the format's "
         "top half-binade (E4M3: [448, 512)·2^k cut to 448; E5M2 alike at 57344), causes full MXFP8 E4M3's "
         "blow-up at lr 0.1, and that under the ceil rule (no clamp) it trains. Here both formats under both "
-        "rules beside bf16, on fresh seeds. At lr 0.1 (exact one-sided McNemar over the runs paired by "
-        "seed, unstable as in 1.6): C1 E5M2 under floor is unstable where under ceil it is not, more often "
-        "than the reverse; C2 the same for E4M3. At lr 0.01, bf16's best, where full E4M3 ended ~0.22 above "
-        "bf16 without blowing up (final val loss, every finished run, one-sided paired t over the seeds, "
-        "α = 0.05): C3 E4M3 under floor ends above ceil; C4 the same for E5M2; C5 E4M3 under ceil ≡ bf16 "
-        "within ±0.02 (TOST): ceil closes the gap. M1 (E5M2 under ceil against bf16) is measured."
+        "rules beside bf16, on fresh seeds. C1: at lr 0.1 E5M2 under floor is unstable where under ceil it "
+        "is not; C2: the same for E4M3. At lr 0.01, bf16's best, where full E4M3 ended ~0.22 above bf16 "
+        "without blowing up: C3 E4M3 under floor ends above ceil; C4 the same for E5M2; C5 E4M3 under ceil "
+        "≡ bf16 within ±0.02: ceil closes the gap. M1: E5M2 under ceil against bf16."
     ),
     stable=(PairTest("C1", "mxfp8_e5m2", "mxfp8_e5m2_ceil"), PairTest("C2", "mxfp8_e4m3", "mxfp8_e4m3_ceil")),
     stable_lr=0.1,
@@ -421,10 +441,9 @@ FWD_CEIL = SpikeFollowUp(
         "in 1.5 forward-only MXFP8 E4M3 (E4M3 forward, both backward GEMMs in high precision) ended +0.015 "
         "above bf16 at lr 0.01, its interval past ±0.02 (P5 failed); under floor its forward pass still "
         "clamps each block maximum of the weights and activations. Here it under floor and under ceil, "
-        "full E4M3 under ceil and bf16, on fresh seeds at lr 0.01 (final val loss, every finished run, "
-        "one-sided paired t over the seeds, α = 0.05): F1 forward-only MX under floor ends above it under "
-        "ceil; F2 forward-only MX under ceil ≡ bf16 within ±0.02 (TOST). M1 (1.5's P5 on fresh seeds; "
-        "1.5 keeps its own verdict) and M2 are measured."
+        "full E4M3 under ceil and bf16, on fresh seeds: F1 forward-only MX under floor ends above it under "
+        "ceil; F2 forward-only MX under ceil ≡ bf16 within ±0.02. M1: 1.5's P5 on fresh seeds (1.5 keeps "
+        "its own verdict); M2: full E4M3 under ceil against bf16."
     ),
     loss=(
         LossTest("F1", "e4m3-fwd", "e4m3-fwd-ceil"),
@@ -444,13 +463,12 @@ E5M2_ROLES = SpikeFollowUp(
         "(+0.017 above bf16), but full E5M2 still ended +0.29 above bf16, 2 of 6 unstable (C1 failed). "
         "Without the clamp what is left of E5M2 is its 2-bit mantissa; the usual FP8 training recipe (E4M3 "
         "forward, E5M2 gradients) assumes the gradients tolerate it and the forward operands do not. Here, "
-        "all under ceil beside bf16 on fresh seeds at lr 0.1: full E4M3, full E5M2, and the two swaps, E4M3 "
-        "weights and activations (in every GEMM) with both gradient roles in E5M2, and the reverse (final "
-        "val loss, every finished run, one-sided paired t over the seeds, α = 0.05): E1 full E5M2 ends "
-        "above full E4M3; E2 E5M2 operands with E4M3 gradients end above E4M3 operands with E5M2 "
-        "gradients; E3 E4M3 operands with E5M2 gradients ≡ full E4M3 within ±0.02 (TOST). M1 (what E4M3 "
-        "gradients buy E5M2 operands) and M2 are measured; the unstable runs too (no stability test over "
-        "8 seeds could separate 3.17's 2 of 6 from none, so none was predicted)."
+        "all under ceil beside bf16 on fresh seeds: full E4M3, full E5M2, and the two swaps, E4M3 weights "
+        "and activations (in every GEMM) with both gradient roles in E5M2, and the reverse. E1 full E5M2 "
+        "ends above full E4M3; E2 E5M2 operands with E4M3 gradients end above E4M3 operands with E5M2 "
+        "gradients; E3 E4M3 operands with E5M2 gradients ≡ full E4M3 within ±0.02. M1: what E4M3 "
+        "gradients buy E5M2 operands; M2: full E5M2 against bf16; the unstable runs are counted too (no "
+        "stability test over 8 seeds could separate 3.17's 2 of 6 from none, so none was predicted)."
     ),
     loss=(
         LossTest("E1", "mxfp8_e5m2_ceil", "mxfp8_e4m3_ceil"),
@@ -471,11 +489,10 @@ E5M2_GRADS = SpikeFollowUp(
         "gradients +0.02. The incoming gradient dY is quantized twice per Linear: for dgrad (dX = dY·W, "
         "which flows to the layers below) and for wgrad (dW = dYᵀ·X, which Adam turns into the step). Here "
         "full E4M3, E5M2 in both gradient roles, in dgrad's alone, in wgrad's alone, and in both rounded "
-        "stochastically (exact in expectation), all under ceil, on fresh seeds at lr 0.1 (final val loss, "
-        "every finished run, one-sided paired t over the seeds, α = 0.05): G1 E5M2 gradients end above "
+        "stochastically (exact in expectation), all under ceil, on fresh seeds: G1 E5M2 gradients end above "
         "full E4M3 (3.19's reversal again); G2 E5M2 in wgrad alone ends above full E4M3; G3 the same for "
-        "dgrad alone; G4 E5M2 gradients rounded to nearest end above them rounded stochastically. M1 and "
-        "M2 are measured."
+        "dgrad alone; G4 E5M2 gradients rounded to nearest end above them rounded stochastically. M1: "
+        "stochastically rounded E5M2 gradients against full E4M3; M2: wgrad alone against dgrad alone."
     ),
     loss=(
         LossTest("G1", "e4m3_e5m2g_ceil", "mxfp8_e4m3_ceil"),
