@@ -67,6 +67,8 @@ TINY = {
     "lm_spikes_fwd_ceil": [*TINY_LM, "sweep.seeds=[121]"],
     "lm_spikes_e5m2_roles": [*TINY_LM, "sweep.seeds=[129]"],
     "lm_spikes_e5m2_grads": [*TINY_LM, "sweep.seeds=[137]"],
+    "lm_spikes_e5m2_head": [*TINY_LM, "sweep.seeds=[145]"],
+    "lm_spikes_e5m2_lr": [*TINY_LM, "sweep.seeds=[151]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -211,6 +213,8 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes_ceil": (30, 0),  # bf16, MXFP8 E4M3 and E5M2, floor and ceil, seeds 115–120; × 2 LRs (hydra)
     "lm_spikes_fwd_ceil": (32, 0),  # bf16, forward-only E4M3 floor / ceil, full E4M3 ceil, seeds 121–128
     "lm_spikes_e5m2_grads": (40, 0),  # full E4M3 ceil; E5M2 in both / dgrad / wgrad dY; SR; seeds 137–144
+    "lm_spikes_e5m2_head": (36, 0),  # full E4M3 / E5M2 gradients, all / head in fp32 / head only; 145–150
+    "lm_spikes_e5m2_lr": (18, 0),  # full E4M3, E5M2 gradients nearest / SR, seeds 151–156; × 2 LRs (hydra)
     "lm_spikes_e5m2_roles": (40, 0),  # bf16, E4M3 / E5M2 ceil, the two operand × gradient swaps, 129–136
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
@@ -325,6 +329,8 @@ VARIANTS = {
     "lm_spikes_fwd_ceil": "lm_spikes",
     "lm_spikes_e5m2_roles": "lm_spikes",
     "lm_spikes_e5m2_grads": "lm_spikes",
+    "lm_spikes_e5m2_head": "lm_spikes",
+    "lm_spikes_e5m2_lr": "lm_spikes",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -815,3 +821,59 @@ def test_lm_spikes_e5m2_grads_puts_e5m2_in_the_gradient_role_each_name_says(tmp_
         assert seen[role] == dict.fromkeys(names, {e4})
     assert [seen["g_dgrad"][n] for n in names] == [{e4}, {e5}, {e5}, {e4}, {e5sr}]
     assert [seen["g_wgrad"][n] for n in names] == [{e4}, {e5}, {e4}, {e5}, {e5sr}]
+
+
+def test_lm_spikes_e5m2_head_quantizes_the_linears_each_name_says(tmp_path):
+    """3.21 runs full E4M3 and E5M2 gradients with every Linear quantized, with the output head left in
+    fp32 (`_hphead`) and with only the head quantized (`_headonly`): the converted model of each label
+    has MX Linears exactly where its name says, in the formats its name says, and every LayerNorm stays
+    converted (γ rounded to bf16) whatever the Linears do."""
+    import quant
+    from models import MODELS
+
+    def fmt(s):
+        return s.elem.name, s.scale_rule.value
+
+    linears, norms, grads = {}, {}, {}
+    for r in _planned("lm_spikes_e5m2_head", tmp_path):
+        policy = r.run.precision.policy(seed=r.run.train.seed)
+        model = quant.convert(MODELS["lm"](r.run.model, r.run.train.seed), policy)
+        kinds = {name: type(m).__name__ for name, m in model.named_modules() if hasattr(m, "mx_policy")}
+        label = r.run.logger.label
+        linears.setdefault(label, set()).add(frozenset(n for n, k in kinds.items() if k == "MXLinear"))
+        norms.setdefault(label, set()).add(frozenset(n for n, k in kinds.items() if k == "MXLayerNorm"))
+        grads[label] = {fmt(policy.spec(role)) for role in ("g_dgrad", "g_wgrad")}
+        assert {fmt(policy.spec(role)) for role in ("w", "a", "w_bwd", "a_bwd")} == {("fp8_e4m3", "ceil")}
+        assert policy.norm_affine == "bf16"
+    (every,) = linears["mxfp8_e4m3_ceil"]
+    blocks = every - {"head"}
+    assert "head" in every and len(blocks) == 8  # qkv, out, up, down in each of the 2 blocks
+    assert len({n for ns in norms.values() for n in ns}) == 1 and len(next(iter(norms.values())).pop()) == 9
+    for g in ("mxfp8_e4m3", "e4m3_e5m2g"):
+        assert linears[f"{g}_ceil"] == {every}
+        assert linears[f"{g}_ceil_hphead"] == {blocks}
+        assert linears[f"{g}_ceil_headonly"] == {frozenset({"head"})}
+        e = "fp8_e4m3" if g == "mxfp8_e4m3" else "fp8_e5m2"
+        for where in ("", "_hphead", "_headonly"):
+            assert grads[f"{g}_ceil{where}"] == {(e, "ceil")}
+
+
+def test_lm_spikes_e5m2_lr_runs_3_20s_precisions_at_two_lower_lrs(tmp_path):
+    """3.22 trains full E4M3 and E5M2 gradients rounded to nearest or stochastically, all under ceil,
+    at lr 1e-2 and 3e-2 (the sweeper's grid over hydra.sweeper.params)."""
+
+    def fmt(s):
+        return s.elem.name, s.scale_rule.value, s.rounding.value
+
+    grads = _role_specs("lm_spikes_e5m2_lr", tmp_path, fmt, roles=("g_dgrad", "g_wgrad"))
+    operands = _role_specs("lm_spikes_e5m2_lr", tmp_path / "o", fmt, roles=("w", "a", "w_bwd", "a_bwd"))
+    e4 = ("fp8_e4m3", "ceil", "even")
+    assert operands == dict.fromkeys(grads, {e4})
+    assert grads == {
+        "mxfp8_e4m3_ceil": {e4},
+        "e4m3_e5m2g_ceil": {("fp8_e5m2", "ceil", "even")},
+        "e4m3_e5m2g_sr_ceil": {("fp8_e5m2", "ceil", "stochastic")},
+    }
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=lm_spikes_e5m2_lr", *LOGGER], return_hydra_config=True)
+    assert str(cfg.hydra.sweeper.params["train.lr"]) == "1e-2,3e-2"
