@@ -1693,9 +1693,9 @@ _ROLES = {"bf16": ("bf16", "bf16"), "mxfp8_e4m3_ceil": ("fp8_e4m3", None),
 
 
 def _roles_frame(
-    offsets: dict[str, float], unstable: dict[str, int], fmts=_ROLES, seeds=range(129, 137)
+    offsets: dict[str, float], unstable: dict[str, int], fmts=_ROLES, seeds=range(129, 137), lr=0.1
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A follow-up at lr 0.1 in lm_spikes' shape (lm_spikes_e5m2_roles': ``fmts`` label → (weights'
+    """A follow-up at ``lr`` in lm_spikes' shape (lm_spikes_e5m2_roles': ``fmts`` label → (weights'
     format, the incoming gradient's), its seeds): ``offsets[label]`` above the first label (with a
     per-label, per-seed wobble), the first ``unstable[label]`` seeds marked unstable."""
     rows, cur = [], []
@@ -1703,10 +1703,10 @@ def _roles_frame(
         for k, s in enumerate(seeds):
             bad = k < unstable.get(label, 0)
             L = 1.75 + 0.01 * k + offsets.get(label, 0.0) + 0.001 * i * (-1) ** k
-            run = f"{label}_s{s}"
+            run = f"{label}_lr{lr:g}_s{s}"
             rows.append({
                 "run": run, "sweep.precision": label, "precision": f"{w}/{w}", "w": w, "a": w,
-                "g_dgrad": g, "fwd_only": False, "scale_rule": "ceil", "train.seed": s, "train.lr": 0.1,
+                "g_dgrad": g, "fwd_only": False, "scale_rule": "ceil", "train.seed": s, "train.lr": lr,
                 "model.depth": 2, "model.d_model": 48, "N": 80304, "budget": 2e12, "steps": 2026,
                 "tokens_per_param": 51.7, "status": "done", "unstable": bad, "spiked": bad, "diverged": False,
                 "final_val_loss": L, "min_val_loss": L - (0.1 if bad else 0.0),
@@ -1766,6 +1766,98 @@ def test_e5m2_roles_claim_tests_the_operand_and_gradient_swaps_at_lr_0_1(tmp_pat
     }
     # nothing as predicted: E4M3 the worse format, the E5M2-gradient swap far from it
     assert f"**{NOT.capitalize()}.**" in claim(above_bf16(0.3, 0.015, 0.4, 0.02))
+
+
+def test_e5m2_head_claim_tests_the_head_in_fp32_and_the_head_alone(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import E5M2_HEAD, follow_up_claim
+
+    e4, e5 = ("fp8_e4m3", None), ("fp8_e4m3", "fp8_e5m2")
+    fmts = {f"{g}_ceil{where}": f for where in ("", "_hphead", "_headonly")
+            for g, f in (("mxfp8_e4m3", e4), ("e4m3_e5m2g", e5))}  # fmt: skip
+
+    def claim(every, hphead, headonly, e4m3_hphead=0.0, e4m3_headonly=0.0):
+        offsets = {
+            "e4m3_e5m2g_ceil": every,
+            "mxfp8_e4m3_ceil_hphead": e4m3_hphead,
+            "e4m3_e5m2g_ceil_hphead": e4m3_hphead + hphead,
+            "mxfp8_e4m3_ceil_headonly": e4m3_headonly,
+            "e4m3_e5m2g_ceil_headonly": e4m3_headonly + headonly,
+        }
+        src = Source(
+            "lm_spikes_e5m2_head", "python launch.py -m experiment=lm_spikes_e5m2_head", tmp_path / "h"
+        )
+        src.df, src.cur = _roles_frame(offsets, {"e4m3_e5m2g_ceil": 6}, fmts, range(145, 151))
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        follow_up_claim(doc, E5M2_HEAD, src)
+        text = "\n".join(doc.lines)
+        lines = (line.split(" | ") for line in text.splitlines() if line.startswith(("| H", "| M")))
+        return text, {r[0][2:]: r for r in lines}
+
+    # the head's: E5M2 gradients cost nothing without it and something with it alone
+    text, r = claim(0.45, 0.0, 0.3, e4m3_hphead=0.01)
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "H1, H2 and H3 all hold" in text
+    assert list(r) == ["H1", "H2", "H3", "M1", "M2"]
+    assert r["H1"][1:4] == ["e4m3_e5m2g_ceil > mxfp8_e4m3_ceil", "6", "+0.4500"]
+    assert r["H2"][1] == "e4m3_e5m2g_ceil_hphead ≡ mxfp8_e4m3_ceil_hphead (±0.02)" and r["H2"][-1] == "yes |"
+    assert r["H3"][1:4] == ["e4m3_e5m2g_ceil_headonly > mxfp8_e4m3_ceil_headonly", "6", "+0.3000"]
+    assert r["M1"][1:4] == ["e4m3_e5m2g_ceil − e4m3_e5m2g_ceil_hphead (measured)", "6", "+0.4400"]
+    assert r["M2"][1:4] == ["mxfp8_e4m3_ceil_hphead − mxfp8_e4m3_ceil (measured)", "6", "+0.0100"]
+    assert "H1, H2 and H3 at lr 0.1: final val loss" in text and "(TOST) at ±0.02" in text
+    assert "| Δ vs mxfp8_e4m3_ceil (mean ± sd over seeds) |" in text and "seeds 145–150." in text
+    outcome = {x[1]: x for x in (ln.split(" | ") for ln in text.splitlines() if ln.startswith("| 0.1 |"))}
+    assert outcome["e4m3_e5m2g_ceil"][3] == "6" and outcome["e4m3_e5m2g_ceil_hphead"][3] == "0"
+    assert (tmp_path / "docs" / "figures" / "lm_spikes_e5m2_head_lr0.1.png").exists()
+    # the blocks': the cost stays with the head in fp32 and is not there with the head alone
+    text, r = claim(0.45, 0.4, 0.0)
+    assert f"**{PARTIAL.capitalize()}.**" in text
+    assert {k: v[-1] for k, v in r.items() if k[0] == "H"} == {"H1": "yes |", "H2": "no |", "H3": "no |"}
+    # no cost anywhere: H2 alone holds; and none at all where it is everywhere but H1 is reversed
+    assert f"**{PARTIAL.capitalize()}.**" in claim(0.0, 0.0, 0.0)[0]
+    assert f"**{NOT.capitalize()}.**" in claim(-0.1, 0.3, -0.1)[0]
+
+
+def test_e5m2_lr_claim_tests_each_prediction_at_its_own_lr(tmp_path):
+    from analysis.results.common import NOT, PARTIAL, REPRODUCED, Source, _Doc
+    from analysis.results.lm import E5M2_LR, follow_up_claim
+
+    e5 = ("fp8_e4m3", "fp8_e5m2")
+    fmts = {"mxfp8_e4m3_ceil": ("fp8_e4m3", None), "e4m3_e5m2g_ceil": e5, "e4m3_e5m2g_sr_ceil": e5}
+
+    def claim(at_001, at_003):
+        frames = [
+            _roles_frame(dict(zip(fmts, (0.0, *offsets), strict=False)), {}, fmts, range(151, 157), lr)
+            for lr, offsets in ((0.01, at_001), (0.03, at_003))
+        ]
+        src = Source("lm_spikes_e5m2_lr", "python launch.py -m experiment=lm_spikes_e5m2_lr", tmp_path / "l")
+        src.df, src.cur = (pd.concat(f, ignore_index=True) for f in zip(*frames, strict=True))
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        follow_up_claim(doc, E5M2_LR, src)
+        text = "\n".join(doc.lines)
+        lines = (line.split(" | ") for line in text.splitlines() if line.startswith(("| L", "| M")))
+        return text, {r[0][2:]: r for r in lines}
+
+    text, r = claim((0.05, 0.01), (0.2, 0.02))
+    assert f"**{REPRODUCED.capitalize()}.**" in text and "L1, L2, L3 and L4 all hold" in text
+    assert list(r) == ["L1", "L2", "M1", "L3", "L4", "M2"]
+    # each test reads the runs of its own LR
+    assert r["L1"][1:4] == ["e4m3_e5m2g_ceil > mxfp8_e4m3_ceil", "6", "+0.0500"]
+    assert r["L2"][3] == "+0.0400" and r["M1"][3] == "+0.0100"
+    assert r["L3"][1:4] == ["e4m3_e5m2g_ceil > mxfp8_e4m3_ceil", "6", "+0.2000"]
+    assert r["L4"][3] == "+0.1800" and r["M2"][3] == "+0.0200"
+    assert "At lr 0.01, final val loss on runs matched by seed (L1, L2 and M1):" in text
+    assert "At lr 0.03, final val loss on runs matched by seed (L3, L4 and M2):" in text
+    assert "L1 and L2 at lr 0.01, L3 and L4 at lr 0.03: final val loss of every finished run" in text
+    assert "at lr 0.01, 0.03; seeds 151–156." in text
+    for lr in ("0.01", "0.03"):
+        assert (tmp_path / "docs" / "figures" / f"lm_spikes_e5m2_lr_lr{lr}.png").exists()
+    # a high-LR cost only: nothing at lr 0.01, a cost at 0.03
+    text, r = claim((0.0, 0.0), (0.2, 0.02))
+    assert f"**{PARTIAL.capitalize()}.**" in text
+    assert {k: v[-1] for k, v in r.items() if k[0] == "L"} == {
+        "L1": "no |", "L2": "no |", "L3": "yes |", "L4": "yes |"
+    }  # fmt: skip
+    assert f"**{NOT.capitalize()}.**" in claim((0.0, 0.0), (0.0, 0.0))[0]
 
 
 def test_e5m2_grads_claim_tests_each_gradient_gemm_and_stochastic_rounding(tmp_path, monkeypatch):

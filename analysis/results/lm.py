@@ -31,6 +31,8 @@ class LossTest(NamedTuple):
     better: str
     margin: float | None = None
     measured: bool = False
+    lr: float | None = None
+    """The LR whose runs it compares, where not its follow-up's ``loss_lr``."""
 
 
 class PairTest(NamedTuple):
@@ -379,6 +381,14 @@ class SpikeFollowUp:
     def names(self) -> list[str]:
         return [*(h.name for h in self.stable), *(h.name for h in self.loss if not h.measured)]
 
+    def loss_by_lr(self) -> dict[float, tuple[LossTest, ...]]:
+        """The loss tests grouped by the LR whose runs they compare, in the order first named."""
+        out: dict[float, tuple[LossTest, ...]] = {}
+        for h in self.loss:
+            lr = self.loss_lr if h.lr is None else h.lr
+            out[lr] = (*out.get(lr, ()), h)
+        return out
+
     def rule(self) -> str:
         from analysis.lmstudy import ALPHA
 
@@ -389,13 +399,17 @@ class SpikeFollowUp:
                 "unstable (as 1.6 counts it) where the second of the same seed is not, more often than the "
                 f"reverse (exact one-sided McNemar, α = {ALPHA:g})."
             )
-        tested = [h for h in self.loss if not h.measured]
-        if tested:
-            margins = sorted({h.margin for h in tested if h.margin})
+        at = [  # "L1 and L2 at lr 0.01", one per LR whose runs a tested prediction compares
+            f"{_and(names)} at lr {lr:g}"
+            for lr, tests in self.loss_by_lr().items()
+            if (names := [h.name for h in tests if not h.measured])
+        ]
+        if at:
+            margins = sorted({h.margin for h in self.loss if h.margin and not h.measured})
             tost = f"; equivalence by two one-sided tests (TOST) at ±{_listed(margins)}" if margins else ""
             how.append(
-                f"{_and([h.name for h in tested])} at lr {self.loss_lr:g}: final val loss of every finished "
-                f"run, unstable or not, matched by seed; one-sided paired t, α = {ALPHA:g}{tost}."
+                f"{', '.join(at)}: final val loss of every finished run, unstable or not, matched by seed; "
+                f"one-sided paired t, α = {ALPHA:g}{tost}."
             )
         measured = [h.name for h in self.loss if h.measured]
         if measured:
@@ -506,7 +520,58 @@ E5M2_GRADS = SpikeFollowUp(
     reference="mxfp8_e4m3_ceil",  # no bf16 here: 3.19 set full E4M3 under ceil within 0.006 of it
 )
 
-FOLLOW_UPS = (CEIL, FWD_CEIL, E5M2_ROLES, E5M2_GRADS)
+E5M2_HEAD = SpikeFollowUp(
+    title="3.21 E5M2's gradient cost is the output head's (LM, pre-registered)",
+    preset="lm_spikes_e5m2_head",
+    why=(
+        "3.20 put E5M2's cost at lr 0.1 under ceil in the incoming gradient dY of both gradient GEMMs "
+        "rounded to nearest (+0.44 above full E4M3, every run unstable; each GEMM alone < 0.01), but not "
+        "where in the network. The output head's dY, softmax − onehot per token, is unlike any other "
+        "Linear's: a row summing to exactly 0, one entry near −1 and many small positive ones, which "
+        "rounding to nearest with a 2-bit mantissa errs on alike across tokens. Here full E4M3 and E5M2 "
+        "gradients (both roles, to nearest; E4M3 everywhere else), each with every Linear quantized, with "
+        "the head in fp32, and with only the head quantized (the blocks' eight Linears in fp32), all under "
+        "ceil, on fresh seeds: H1 E5M2 gradients end above full E4M3 (3.20's G1 again); H2 with the head in "
+        "fp32, E5M2 gradients ≡ E4M3 gradients within ±0.02; H3 with only the head quantized, E5M2 "
+        "gradients end above E4M3 gradients. M1: what the head in fp32 buys E5M2 gradients; M2: what it "
+        "does to full E4M3."
+    ),
+    loss=(
+        LossTest("H1", "e4m3_e5m2g_ceil", "mxfp8_e4m3_ceil"),
+        LossTest("H2", "e4m3_e5m2g_ceil_hphead", "mxfp8_e4m3_ceil_hphead", 0.02),
+        LossTest("H3", "e4m3_e5m2g_ceil_headonly", "mxfp8_e4m3_ceil_headonly"),
+        LossTest("M1", "e4m3_e5m2g_ceil", "e4m3_e5m2g_ceil_hphead", measured=True),
+        LossTest("M2", "mxfp8_e4m3_ceil_hphead", "mxfp8_e4m3_ceil", measured=True),
+    ),
+    loss_lr=0.1,
+    reference="mxfp8_e4m3_ceil",
+)
+
+E5M2_LR = SpikeFollowUp(
+    title="3.22 E5M2's gradient cost holds below lr 0.1 (LM, pre-registered)",
+    preset="lm_spikes_e5m2_lr",
+    why=(
+        "3.19 and 3.20 measured E5M2's gradient cost at lr 0.1 alone, 10× bf16's best, where it came with "
+        "every run unstable; 3.17 measured full E5M2 under ceil at lr 0.01 +0.06 above bf16. Is it a "
+        "high-LR instability only? Here 3.20's full E4M3 and E5M2 gradients rounded to nearest or "
+        "stochastically (both roles; E4M3 everywhere else), all under ceil, at lr 0.01 and 0.03, on fresh "
+        "seeds: L1 at lr 0.01 E5M2 gradients end above full E4M3; L2 at lr 0.01 rounding them to nearest "
+        "ends above rounding them stochastically; L3 and L4 the same at lr 0.03. M1, M2: stochastically "
+        "rounded E5M2 gradients against full E4M3 at each LR."
+    ),
+    loss=(
+        LossTest("L1", "e4m3_e5m2g_ceil", "mxfp8_e4m3_ceil"),
+        LossTest("L2", "e4m3_e5m2g_ceil", "e4m3_e5m2g_sr_ceil"),
+        LossTest("M1", "e4m3_e5m2g_sr_ceil", "mxfp8_e4m3_ceil", measured=True),
+        LossTest("L3", "e4m3_e5m2g_ceil", "mxfp8_e4m3_ceil", lr=0.03),
+        LossTest("L4", "e4m3_e5m2g_ceil", "e4m3_e5m2g_sr_ceil", lr=0.03),
+        LossTest("M2", "e4m3_e5m2g_sr_ceil", "mxfp8_e4m3_ceil", measured=True, lr=0.03),
+    ),
+    loss_lr=0.01,
+    reference="mxfp8_e4m3_ceil",
+)
+
+FOLLOW_UPS = (CEIL, FWD_CEIL, E5M2_ROLES, E5M2_GRADS, E5M2_HEAD, E5M2_LR)
 
 
 def follow_up_claim(doc: _Doc, spec: SpikeFollowUp, src: Source) -> None:
@@ -521,10 +586,11 @@ def follow_up_claim(doc: _Doc, spec: SpikeFollowUp, src: Source) -> None:
     df = df.assign(_lr=pd.to_numeric(df["train.lr"], errors="coerce"))
     held: dict[str, bool] = {}
     parts = []
-    for preds, lr, tests, what in (
-        (spec.stable, spec.stable_lr, _stability_tests, "unstable runs paired by seed"),
-        (spec.loss, spec.loss_lr, _loss_tests, "final val loss on runs matched by seed"),
-    ):
+    groups = [(spec.stable, spec.stable_lr, _stability_tests, "unstable runs paired by seed")] + [
+        (preds, lr, _loss_tests, "final val loss on runs matched by seed")
+        for lr, preds in spec.loss_by_lr().items()
+    ]
+    for preds, lr, tests, what in groups:
         if preds:
             table, own = tests(df[np.isclose(df["_lr"], lr)], preds)
             held |= own
@@ -540,7 +606,7 @@ def follow_up_claim(doc: _Doc, spec: SpikeFollowUp, src: Source) -> None:
         md_table(_outcomes(df, spec.reference)),
         "",
     )
-    for value in dict.fromkeys(v for v in (spec.stable_lr, spec.loss_lr) if v is not None):
+    for value in dict.fromkeys(v for v in (spec.stable_lr, *spec.loss_by_lr()) if v is not None):
         at = fin[np.isclose(fin["_lr"], value)]
         if not at.empty:
             name = f"{spec.preset}_lr{value:g}.png"
