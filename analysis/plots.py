@@ -44,6 +44,25 @@ def save(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     return path
 
 
+def _fitted_legend(fig: Figure, handles: Sequence, labels: Sequence[str], fontsize: float) -> None:
+    """One legend under the panels, in as few rows as fit the figure's width: every entry side by side
+    where they fit, else the widest balanced grid that does (six long precision names do not fit one
+    row of a 10-inch figure, and a legend wider than the figure is cut at both edges when saved)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()  # measures text as savefig will draw it
+    n = len(labels)
+    for rows in range(1, n + 1):
+        ncols = math.ceil(n / rows)
+        if rows > 1 and ncols == math.ceil(n / (rows - 1)):
+            continue  # the same grid as one row fewer
+        leg = fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=fontsize,
+                         frameon=False)  # fmt: skip
+        if ncols == 1 or leg.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return
+        leg.remove()
+
+
 def _grid(n: int, ncols: int = 4, rows_per: int = 1, size=PANEL) -> tuple[Figure, np.ndarray]:
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols) * rows_per
@@ -1340,8 +1359,7 @@ def lr_scan_plot(points: pd.DataFrame, reference: str = "bf16") -> Figure:
         key = [Line2D([], [], color="0.35", marker="x", ls="none", ms=8, mew=2)]
         handles, names = ax.get_legend_handles_labels()
         names = [*names, f"an unstable run ({int(bad.sum())} in all)"]
-        fig.legend([*handles, *key], names, loc="outside lower center", ncols=len(labels) + 1,
-                   fontsize=LM_FONT, frameon=False)  # fmt: skip
+        _fitted_legend(fig, [*handles, *key], names, LM_FONT)
     else:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("peak learning rate (warm-up, then cosine)", fontsize=LM_FONT + 1)
@@ -1385,7 +1403,6 @@ def training_curves_plot(curves: pd.DataFrame, title: str, window: int = 10) -> 
         if not labels:
             ax.text(0.5, 0.5, f"no {name} logged", ha="center", va="center", transform=ax.transAxes)
     if labels:
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(labels),
-                   fontsize=LM_FONT, frameon=False)  # fmt: skip
+        _fitted_legend(fig, *axes[0].get_legend_handles_labels(), LM_FONT)
     _suptitle(fig, title, fontsize=LM_FONT + 2)
     return fig

@@ -1571,6 +1571,32 @@ def test_training_curves_plot_shows_each_precision_with_its_seed_band():
     assert_readable(fig)
 
 
+def test_training_curves_plot_wraps_a_legend_too_wide_for_one_row():
+    """3.21's six names (up to 24 characters) do not fit side by side under the 10-inch figure: the
+    legend takes two rows instead of running past both edges (where savefig cuts it), and keeps the
+    tables' order; five short names still sit in one row."""
+    names = [f"{g}_ceil{w}" for w in ("", "_hphead", "_headonly") for g in ("mxfp8_e4m3", "e4m3_e5m2g")]
+    cur = pd.DataFrame(
+        [
+            {"label": n, "seed": s, "step": t, "loss": 2.0 + 0.01 * i + 1 / t, "grad_norm": 0.5}
+            for i, n in enumerate(names)
+            for s in (0, 1)
+            for t in (10, 500, 1000)
+        ]  # fmt: skip
+    )
+    fig = plots.training_curves_plot(cur, "Train loss and gradient norm at lr 0.1")
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == names and legend._ncols == 3
+    assert_readable(fig)
+    short = plots.training_curves_plot(
+        cur[cur["label"].isin(names[:5])].replace(
+            dict(zip(names, ["bf16", "e4m3", "e5m2", "e4m3_ceil", "e5m2_ceil", "x"], strict=True))
+        ),
+        "short",
+    )
+    assert short.legends[0]._ncols == 5
+
+
 def _ceil_frame(offsets: dict[str, float], unstable: dict[str, int]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """lm_spikes_ceil's shape: bf16 and MXFP8 E4M3 and E5M2 under floor and ceil at lr 0.01 and 0.1 on
     seeds 115–120. At lr 0.01 each label ends ``offsets[label]`` above bf16 (± 0.001 × its index by
