@@ -69,6 +69,7 @@ TINY = {
     "lm_spikes_e5m2_grads": [*TINY_LM, "sweep.seeds=[137]"],
     "lm_spikes_e5m2_head": [*TINY_LM, "sweep.seeds=[145]"],
     "lm_spikes_e5m2_lr": [*TINY_LM, "sweep.seeds=[151]"],
+    "lm_spikes_e5m2_gamma": [*TINY_LM, "sweep.seeds=[157]"],
     "paper_llm": [
         *TINY_LM,
         "model.vocab_size=256",
@@ -215,6 +216,7 @@ RUNS = {  # runs each preset plans at full size: (first phase, second phase)
     "lm_spikes_e5m2_grads": (40, 0),  # full E4M3 ceil; E5M2 in both / dgrad / wgrad dY; SR; seeds 137–144
     "lm_spikes_e5m2_head": (36, 0),  # full E4M3 / E5M2 gradients, all / head in fp32 / head only; 145–150
     "lm_spikes_e5m2_lr": (18, 0),  # full E4M3, E5M2 gradients nearest / SR, seeds 151–156; × 2 LRs (hydra)
+    "lm_spikes_e5m2_gamma": (16, 0),  # full E4M3, E5M2 gradients, every norm at 1e-3 × the LR, 157–164
     "lm_spikes_e5m2_roles": (40, 0),  # bf16, E4M3 / E5M2 ceil, the two operand × gradient swaps, 129–136
     "lm_grad_sr_gceil": (270, 0),  # bf16, MXFP4 floor, gradients floor or ceil, nearest or SR, × 9 × 69–74
     "lm_grad_sr_clamp": (378, 0),  # bf16, NVFP4 and MXFP4 floor at 32/8, gradients nearest or SR, × 9 × 63–68
@@ -331,6 +333,7 @@ VARIANTS = {
     "lm_spikes_e5m2_grads": "lm_spikes",
     "lm_spikes_e5m2_head": "lm_spikes",
     "lm_spikes_e5m2_lr": "lm_spikes",
+    "lm_spikes_e5m2_gamma": "lm_spikes",
     "proxy_late_drift": "proxy_late_search",
     "proxy_late_lr": "proxy_late_search",
     "proxy_late_norm10": "proxy_late_search",
@@ -877,3 +880,28 @@ def test_lm_spikes_e5m2_lr_runs_3_20s_precisions_at_two_lower_lrs(tmp_path):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["experiment=lm_spikes_e5m2_lr", *LOGGER], return_hydra_config=True)
     assert str(cfg.hydra.sweeper.params["train.lr"]) == "1e-2,3e-2"
+
+
+def test_lm_spikes_e5m2_gamma_holds_every_norm_near_its_init_in_both_precisions(tmp_path):
+    """3.23 trains full E4M3 and E5M2 gradients (to nearest) under ceil at lr 0.1 with every norm's γ and β
+    at 1e-3 × the LR; the optimizer puts exactly the norms' parameters in that group."""
+    from types import SimpleNamespace
+
+    from models import MODELS
+    from train.optim import make_optimizer
+
+    def fmt(s):
+        return s.elem.name, s.scale_rule.value, s.rounding.value
+
+    grads = _role_specs("lm_spikes_e5m2_gamma", tmp_path, fmt, roles=("g_dgrad", "g_wgrad"))
+    e4 = ("fp8_e4m3", "ceil", "even")
+    assert grads == {"mxfp8_e4m3_ceil": {e4}, "e4m3_e5m2g_ceil": {("fp8_e5m2", "ceil", "even")}}
+    runs = _planned("lm_spikes_e5m2_gamma", tmp_path / "o")
+    assert {r.run.train.norm_lr_mult for r in runs} == {1e-3}
+    r = runs[0].run
+    model = MODELS["lm"](r.model, r.train.seed)
+    task = SimpleNamespace(default_betas=(0.9, 0.95))  # the betas play no part here
+    (held,) = [g for g in make_optimizer(model, r.train, task).param_groups if g.get("lr_mult") == 1e-3]
+    norms = {n for n, p in model.named_parameters() if any(p is q for q in held["params"])}
+    assert norms and all(n.rsplit(".", 2)[-2].endswith("norm") for n in norms)
+    assert "norm.weight" in norms and "head.weight" not in norms
