@@ -1886,6 +1886,32 @@ def test_e5m2_lr_claim_tests_each_prediction_at_its_own_lr(tmp_path):
     assert f"**{NOT.capitalize()}.**" in claim((0.0, 0.0), (0.0, 0.0))[0]
 
 
+def test_e5m2_gamma_claim_is_one_equivalence_with_the_unstable_runs_counted(tmp_path):
+    from analysis.results.common import NOT, REPRODUCED, Source, _Doc
+    from analysis.results.lm import E5M2_GAMMA, follow_up_claim
+
+    fmts = {"mxfp8_e4m3_ceil": ("fp8_e4m3", None), "e4m3_e5m2g_ceil": ("fp8_e4m3", "fp8_e5m2")}
+
+    def claim(cost, unstable=0):
+        src = Source(
+            "lm_spikes_e5m2_gamma", "python launch.py -m experiment=lm_spikes_e5m2_gamma", tmp_path / "s"
+        )
+        src.df, src.cur = _roles_frame({"e4m3_e5m2g_ceil": cost}, {"e4m3_e5m2g_ceil": unstable}, fmts,
+                                       range(157, 165))  # fmt: skip
+        doc = _Doc(tmp_path / "docs" / "results.md")
+        follow_up_claim(doc, E5M2_GAMMA, src)
+        return "\n".join(doc.lines)
+
+    text = claim(0.004)
+    assert f"**{REPRODUCED.capitalize()}.**" in text
+    assert "Reproduced when S1 holds; not when it does not." in text and "partially" not in text
+    assert "| S1 | e4m3_e5m2g_ceil ≡ mxfp8_e4m3_ceil (±0.02) | 8 | +0.0040 |" in text
+    text = claim(0.3, unstable=5)
+    assert f"**{NOT.capitalize()}.**" in text
+    outcome = {x[1]: x for x in (ln.split(" | ") for ln in text.splitlines() if ln.startswith("| 0.1 |"))}
+    assert outcome["e4m3_e5m2g_ceil"][3] == "5" and outcome["mxfp8_e4m3_ceil"][3] == "0"
+
+
 def test_e5m2_grads_claim_tests_each_gradient_gemm_and_stochastic_rounding(tmp_path, monkeypatch):
     from analysis import plots
     from analysis.results.common import PARTIAL, REPRODUCED, Source, _Doc

@@ -228,15 +228,15 @@ def test_results_document_from_real_records(tmp_path):
     out = write_results(root, tmp_path / "docs" / "results.md")
     verdicts = summary(out)
     text = out.read_text()
-    assert len(verdicts) == 31 and set(verdicts.values()) <= {
+    assert len(verdicts) == 32 and set(verdicts.values()) <= {
         "reproduced", "partially reproduced", "not reproduced", "not run here", "measured"
     }  # fmt: skip
     runs = proxy.proxy_runs(collect(root / "sweeps" / "proxy_mechanism"))
     ln = runs[runs["parent"].isna() & runs["norm_affine"].ne("none")]
     assert f"**{int(ln['blew_up'].sum())} of {len(ln)} seeds blew up**" in text
-    lm_claims = ("1.5", "1.6", *(f"3.{i}" for i in range(1, 23)))  # 3.1–3.22
+    lm_claims = ("1.5", "1.6", *(f"3.{i}" for i in range(1, 24)))  # 3.1–3.23
     lm = [v for t, v in verdicts.items() if t.startswith(lm_claims)]
-    assert lm == ["not run here"] * 24  # no LM sweep in this root
+    assert lm == ["not run here"] * 25  # no LM sweep in this root
     assert "python launch.py -m experiment=proxy_mechanism" in text
     # the late search: each sweep's per-seed line, its command, and the presets not run yet
     assert "`proxy_late_drift` (16 × 4, 8, lr 0.004 (×0.5), 8 steps): blow-up onset at" in text
