@@ -52,10 +52,7 @@ def _fitted_legend(fig: Figure, handles: Sequence, labels: Sequence[str], fontsi
 
     renderer = FigureCanvasAgg(fig).get_renderer()  # measures text as savefig will draw it
     n = len(labels)
-    for rows in range(1, n + 1):
-        ncols = math.ceil(n / rows)
-        if rows > 1 and ncols == math.ceil(n / (rows - 1)):
-            continue  # the same grid as one row fewer
+    for ncols in sorted({math.ceil(n / rows) for rows in range(1, n + 1)}, reverse=True):  # balanced grids
         leg = fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=fontsize,
                          frameon=False)  # fmt: skip
         if ncols == 1 or leg.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:

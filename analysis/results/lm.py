@@ -580,14 +580,14 @@ E5M2_GAMMA = SpikeFollowUp(
     why=(
         "in 3.21 and 3.22, looked at after their verdicts in the runs' final checkpoints (which the records "
         "do not keep), every run whose head had E5M2 gradients rounded to nearest ended with the final "
-        "LayerNorm's γ several times larger (RMS 2.3–3.9 against 0.3–1.1) and the head's weights several "
-        "times smaller than its E4M3 twin's; stochastic rounding did not. Logits = W_head · (γ ⊙ x̂) do not "
+        "LayerNorm's γ several times larger and the head's weights several times smaller than its E4M3 "
+        "twin's; stochastic rounding did not. Logits = W_head · (γ ⊙ x̂) do not "
         "change when γ is scaled by c and the head's columns by 1/c, so the loss has no gradient along that "
         "direction and only gradient error moves a run along it. Here full E4M3 and E5M2 gradients (both "
         "roles, to nearest; E4M3 everywhere else), all under ceil, with every norm's γ and β training at "
         "1e-3 × the LR (the blocks' norms too: a confound this preset cannot separate), on fresh seeds: S1 "
-        "E5M2 gradients ≡ full E4M3 within ±0.02. The unstable runs are counted too (with γ free, all 28 "
-        "such runs of 3.19–3.21 were unstable)."
+        "E5M2 gradients ≡ full E4M3 within ±0.02. The unstable runs are counted too (with γ free, every "
+        "such run of 3.19–3.21 was unstable)."
     ),
     loss=(LossTest("S1", "e4m3_e5m2g_ceil", "mxfp8_e4m3_ceil", 0.02),),
     loss_lr=0.1,
